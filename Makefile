@@ -1,0 +1,44 @@
+# agentlab: `make demo`, `make test`, `make lab`, `make bench`. Each creates .venv when needed
+# (torch==2.13.0 first, then the rest at the versions pinned in constraints.txt) and reuses it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
+
+.PHONY: install demo test test-unit test-notebooks test-browser lab bench strip clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,notebooks,trl]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/agentlab demo --json runs/demo/demo.json
+
+test: test-unit test-notebooks test-browser
+
+test-unit: install
+	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests --ignore=tests/browser
+
+test-notebooks: install
+	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --nbval-lax notebooks
+
+test-browser: install
+	bash tests/browser/install.sh
+	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests/browser
+
+lab: install
+	$(BIN)/jupyter lab notebooks
+
+bench: install
+	$(BIN)/python -m bench.run
+
+strip: install
+	$(BIN)/nbstripout notebooks/*.ipynb tests/browser/*.ipynb
+
+clean:
+	rm -rf $(VENV) .cache runs

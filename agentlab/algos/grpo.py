@@ -1,0 +1,73 @@
+"""GRPO: group-relative policy optimisation with a KL to the reference (Shao et al., 2024).
+
+    for each task, sample a group of G episodes with the current policy
+    A_i   = (R_i − mean(R_group)) / std(R_group)           one advantage per episode
+    loss  = clipped surrogate(ratio, A_i) on every action token of episode i
+          + β · KL(π_θ ‖ π_ref)                              k3, per action token
+          − c_ent · entropy
+
+No critic: the group is the baseline. π_ref is the policy with its LoRA adapter switched off,
+so the reference costs one extra forward pass and no second model. At the first update the
+adapter is zero, π_θ = π_ref, the ratio is 1 and the KL is 0: the loss starts at about
+−mean(A) ≈ 0, which is why "the loss is zero" at the start is expected, not a bug.
+
+A group whose episodes all got the same reward has A = 0 everywhere and gives no gradient;
+such groups are dropped from the backward pass and their share is logged (``zero_var_frac``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentlab.advantages import group_advantages, zero_variance_mask
+from agentlab.algos.losses import backward_step, clipped_surrogate, kl_to_reference, minibatches
+from agentlab.metrics import masked_mean
+from agentlab.rollout import Trajectory, pad_batch
+
+
+@dataclass
+class GRPOSettings:
+    """GRPO's hyperparameters (the articles' ranges in brackets)."""
+
+    clip_coef: float = 0.2  # ε of the clipped surrogate
+    beta: float = 0.04  # KL weight to the reference [0.01, 0.1]
+    ent_coef: float = 0.0  # entropy bonus weight
+    epochs: int = 1  # passes over the batch per update
+    minibatch_size: int = 64  # episodes per gradient step
+    max_grad_norm: float = 1.0  # gradient clipping
+    adv_scale: str = "group"  # "group" (divide by the group's std), "batch" or "none"
+    drop_zero_variance: bool = True  # skip groups whose rewards are all equal
+
+
+def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, group_size: int,
+           s: GRPOSettings, generator: torch.Generator | None = None, **_) -> dict:
+    """One GRPO update on ``trajs`` (contiguous groups of ``group_size``) with episode ``rewards`` (N,)."""
+    adv = group_advantages(rewards, group_size, scale=s.adv_scale)  # (N,)
+    flat = zero_variance_mask(rewards, group_size)  # (N,) True where the group's rewards are all equal
+    keep = [i for i in range(len(trajs)) if not (s.drop_zero_variance and flat[i])]
+    metrics = {"zero_var_frac": float(flat.float().mean()), "adv_abs": float(adv.abs().mean())}
+    if not keep:
+        return {**metrics, "skipped": 1.0}
+    device, temperature = policy.device, trajs[0].temperature
+    batch = {k: v.to(device) for k, v in pad_batch([trajs[i] for i in keep], policy.pad_id).items()}
+    mask = batch["loss_mask"]  # (B, L-1) 1 on action tokens
+    tok_adv = adv[keep].to(device)[:, None] * mask  # (B, L-1) the episode's advantage on each action token
+    with torch.no_grad(), policy.reference():
+        ref_logp = policy.token_logprobs(batch["ids"], batch["attn"], temperature)  # (B, L-1)
+    params = policy.trainable_parameters()
+    logs: dict[str, list[float]] = {}
+    for _ in range(s.epochs):
+        for mb in minibatches(len(keep), s.minibatch_size, generator):
+            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True)
+            m = mask[mb]
+            pg_loss, stats = clipped_surrogate(out["logp"], batch["old_logp"][mb], tok_adv[mb], m, s.clip_coef)
+            kl = kl_to_reference(out["logp"], ref_logp[mb], m)
+            entropy = masked_mean(out["entropy"], m)
+            loss = pg_loss + s.beta * kl - s.ent_coef * entropy
+            stepped, norm = backward_step(loss, params, optimizer, s.max_grad_norm)
+            for k, v in {**stats, "loss": float(loss), "pg_loss": float(pg_loss), "kl": float(kl),
+                         "entropy": float(entropy), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
+                logs.setdefault(k, []).append(v)
+    return {**metrics, **{k: sum(v) / len(v) for k, v in logs.items()}}

@@ -1,0 +1,417 @@
+"""Diagnostics logged every update, each a small function you can call on your own data.
+
+Reward alone hides most failures: a policy can hold its reward while it collapses onto one
+action, stops exploring, or learns a shortcut. These numbers show what is going on.
+
+======================  ===================================  ===================================
+metric                  what it measures                     healthy (and what bad looks like)
+======================  ===================================  ===================================
+success_rate            share of episodes ending in          rises; quote it with
+                        ``success``                          ``wilson_interval`` (20 episodes
+                                                             give about ±0.2)
+mean_return             mean total reward per episode        rises; read the components too:
+                                                             reward can rise as success falls
+mean_turns              turns per episode                    steady, or falls as the agent gets
+                                                             efficient; a drop to 1–2 turns is
+                                                             the "answer at once" shortcut
+action_distribution     share of each tool among actions     several tools in use; one tool at
+                                                             ~100% is collapse or a shortcut
+step_level_rates        share of step checks passed (e.g.    move before success does: the
+                        "the read after a search opened      earliest sign, up or down
+                        a useful page")
+invalid_rate            share of actions that did not        falls towards 0 within a few
+                        parse or were not allowed            updates
+mean_token_entropy      policy entropy per action token      falls slowly; a fast fall to ~0 is
+                        (nats)                               entropy collapse (the same action
+                                                             again and again)
+approx_kl (k3)          KL between the current policy and    PPO: under ~0.02 per update, above
+                        the old one (PPO) or the reference   0.05 the steps are too big; GRPO's
+                        (GRPO), per token                    KL to the reference grows slowly
+clip_fraction           share of tokens whose ratio left     0.05–0.2; ~0: lr too small; above
+                        [1 − ε, 1 + ε]                       0.3: too large
+explained_variance      share of the returns' variance the   rises towards 1 (0.5+ is good);
+                        critic explains (PPO)                ≤ 0: no better than a constant
+zero_variance_fraction  share of GRPO groups with equal      10–25% early, more late as tasks
+(agentlab.advantages)   rewards: they give no gradient       get solved; ~1: tasks too easy or
+                                                             too hard for this policy
+self_bleu               n-gram overlap between the samples   ~0.2 is diverse; climbing towards
+                        of one group                         0.7 is mode collapse
+grad_norm               L2 norm of all gradients, before     steady; spikes follow batches of
+                        clipping                             mixed difficulty
+pass_at_k               chance that at least one of k        ≥ success rate; the gap is what
+                        samples succeeds                     best-of-N with a verifier can add
+======================  ===================================  ===================================
+
+Conventions: the tensor metrics (`masked_mean`, `entropy_from_logits`, `mean_token_entropy`,
+`kl_k3`, `approx_kl`, `clip_fraction`) return tensors, so they can sit in a loss or be logged
+with ``.item()``; everything else returns Python floats or dicts. Rates over nothing (no
+episodes) are NaN; means over an empty mask are 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+
+__all__ = [
+    "masked_mean",
+    "success_rate",
+    "mean_return",
+    "mean_turns",
+    "mean_components",
+    "action_distribution",
+    "step_level_rates",
+    "invalid_rate",
+    "entropy_from_logits",
+    "mean_token_entropy",
+    "kl_k3",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "tokenize",
+    "sentence_bleu",
+    "self_bleu",
+    "group_self_bleu",
+    "grad_norm",
+    "wilson_interval",
+    "pass_at_k",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Masked reductions
+# ---------------------------------------------------------------------------------------------
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1 (e.g. action tokens).
+
+    Args:
+        x: any shape, e.g. ``(B, L)`` per-token values.
+        mask: same shape as ``x``, 1/True where the entry counts; None counts everything.
+        dim: reduce along this dim only; None reduces everything to a scalar.
+
+    Returns:
+        A tensor; where the mask is empty the mean is 0 (not NaN), so logging never breaks.
+    """
+    if mask is None:
+        return x.mean() if dim is None else x.mean(dim=dim)
+    mask = mask.to(x.dtype)
+    # where() rather than x * mask so that NaN/inf in masked-out positions cannot leak in
+    masked = torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    if dim is None:
+        return masked.sum() / mask.sum().clamp(min=1)
+    return masked.sum(dim=dim) / mask.sum(dim=dim).clamp(min=1)
+
+
+def _masked_var(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Population variance of ``x`` over the masked positions (scalar)."""
+    mean = masked_mean(x, mask)
+    return masked_mean((x - mean) ** 2, mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Episode metrics (Python lists in, floats out)
+# ---------------------------------------------------------------------------------------------
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if len(xs) else float("nan")
+
+
+def success_rate(successes: Sequence[bool]) -> float:
+    """Share of episodes that succeeded. NaN for no episodes."""
+    return _mean([float(bool(s)) for s in successes])
+
+
+def mean_return(episode_rewards: Sequence[float | Sequence[float]]) -> float:
+    """Mean undiscounted return per episode.
+
+    Args:
+        episode_rewards: one entry per episode, either its total reward or the list of its
+            per-turn rewards (summed here).
+    """
+    return _mean([_episode_total(r) for r in episode_rewards])
+
+
+def _episode_total(r) -> float:
+    if isinstance(r, torch.Tensor):
+        return float(r.sum())
+    if isinstance(r, Iterable):
+        return float(sum(r))
+    return float(r)
+
+
+def mean_turns(turns: Sequence[int]) -> float:
+    """Mean number of turns per episode (pass ``len(traj.rewards)`` or similar per episode)."""
+    return _mean([float(t) for t in turns])
+
+
+def mean_components(components: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Mean of each reward component over episodes (or steps); a missing component counts 0.
+
+    Args:
+        components: e.g. ``[{"correct": 1.0, "format": -0.1}, {"correct": 0.0}]``.
+
+    Returns:
+        ``{"correct": 0.5, "format": -0.05}``.
+    """
+    names = sorted({name for c in components for name in c})
+    return {name: _mean([float(c.get(name, 0.0)) for c in components]) for name in names}
+
+
+def action_distribution(tools: Sequence[str | None]) -> dict[str, float]:
+    """Share of each tool among actions, most used first; ``None`` (no valid tool) is ``"none"``.
+
+    Example: ``["guess", "guess", None, "search"]`` → ``{"guess": 0.5, "none": 0.25, "search": 0.25}``.
+    """
+    counts = Counter("none" if t is None else t for t in tools)
+    n = sum(counts.values())
+    return {tool: c / n for tool, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def step_level_rates(checks: Sequence[Mapping[str, bool | None]]) -> dict[str, float]:
+    """Pass rate of each step-level check, over the steps where it applied.
+
+    Args:
+        checks: one dict per step, check name → passed (True/False), or None / absent when
+            the check did not apply to that step (e.g. "read after search" on a guess).
+
+    Returns:
+        check name → share of applicable steps that passed.
+    """
+    passed: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for step in checks:
+        for name, ok in step.items():
+            if ok is None:
+                continue
+            seen[name] += 1
+            passed[name] += bool(ok)
+    return {name: passed[name] / seen[name] for name in sorted(seen)}
+
+
+def invalid_rate(valid: Sequence[bool]) -> float:
+    """Share of actions that were invalid (``info["valid"]`` False). NaN for no actions."""
+    return _mean([float(not v) for v in valid])
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy-update metrics (tensors in)
+# ---------------------------------------------------------------------------------------------
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax distribution at every position, in nats.
+
+    Args:
+        logits: ``(..., V)`` unnormalised scores over the vocabulary.
+
+    Returns:
+        ``(...)``: ``H = −Σ_v p_v log p_v``. Uniform over V gives ``log V``; one-hot gives 0.
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # half precision loses too much in Σ p log p
+    logp = torch.log_softmax(logits, dim=-1)  # (..., V)
+    p = logp.exp()
+    # 0 * log 0 = 0: where p underflows to 0, logp is -inf; p * logp would be NaN there.
+    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
+
+
+def mean_token_entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean entropy over the masked (action) tokens. ``logits (B, L, V)``, ``mask (B, L)`` → scalar."""
+    return masked_mean(entropy_from_logits(logits), mask)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π ‖ π_ref) (Schulman, "Approximating KL divergence", 2020).
+
+        r = π_ref(a) / π(a) = exp(ref_logp − logp)
+        k3 = (r − 1) − log r          ≥ 0 for every token
+
+    For tokens sampled from π (logp), the mean of k3 is an unbiased, low-variance estimate of
+    KL(π ‖ π_ref). This is the per-token KL of the GRPO loss, with π_ref the reference model.
+    Shapes: any, e.g. ``(B, L)``; returns the same shape.
+    """
+    log_r = ref_logp - logp
+    return torch.expm1(log_r) - log_r  # expm1(x) = e^x - 1, exact for small x
+
+
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean k3 KL over action tokens, with ``r = exp(old_logp − logp)``.
+
+    Direction: this estimates KL(π_θ ‖ π_old) — unbiased when the tokens were sampled from
+    π_θ. In PPO the tokens come from π_old, so it is a second-order-accurate estimate (exact
+    to O((logp − old_logp)³)); CleanRL uses ``r = exp(logp − old_logp)``, which estimates
+    KL(π_old ‖ π_θ). The two agree closely for the small steps PPO takes. Pass the reference
+    policy's logprobs as ``old_logp`` for GRPO's KL to the reference.
+
+    Args:
+        logp: ``(B, L)`` log π_θ of the taken tokens; old_logp: ``(B, L)``; mask: ``(B, L)``.
+
+    Returns:
+        Scalar tensor.
+    """
+    return masked_mean(kl_k3(logp, old_logp), mask)
+
+
+def clip_fraction(ratio: torch.Tensor, clip_coef: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Share of tokens whose probability ratio left ``[1 − clip_coef, 1 + clip_coef]``.
+
+    Args:
+        ratio: ``(B, L)`` π_θ / π_old per token; clip_coef: ε (e.g. 0.2); mask: ``(B, L)``.
+
+    Returns:
+        Scalar tensor in [0, 1].
+    """
+    return masked_mean(((ratio - 1.0).abs() > clip_coef).to(ratio.dtype), mask)
+
+
+def explained_variance(
+    values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None
+) -> float:
+    """``1 − Var[returns − values] / Var[returns]`` over the masked entries.
+
+    1: the critic predicts returns perfectly; 0: no better than predicting the mean;
+    negative: worse than that. NaN when the returns have no variance.
+
+    Args:
+        values: ``(B, T)`` critic predictions; returns: ``(B, T)`` targets; mask: ``(B, T)``.
+    """
+    var_returns = _masked_var(returns.float(), mask)
+    if var_returns.item() == 0.0:
+        return float("nan")
+    return (1.0 - _masked_var((returns - values).float(), mask) / var_returns).item()
+
+
+def grad_norm(parameters: Iterable[torch.Tensor]) -> float:
+    """Global L2 norm of all gradients (parameters without a gradient are skipped).
+
+    Call it before clipping to see the raw norm; ``torch.nn.utils.clip_grad_norm_`` returns
+    the same number.
+    """
+    total = 0.0
+    for p in parameters:
+        if p.grad is not None:
+            total += p.grad.detach().float().pow(2).sum().item()
+    return math.sqrt(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# Diversity: BLEU and Self-BLEU (Papineni et al., 2002; Zhu et al., 2018)
+# ---------------------------------------------------------------------------------------------
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Split on whitespace and punctuation, keeping each punctuation mark as a token.
+
+    ``"guess(8) now!"`` → ``["guess", "(", "8", ")", "now", "!"]``.
+    """
+    return _TOKEN.findall(text)
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+
+def sentence_bleu(hypothesis: str, references: Sequence[str], max_n: int = 4) -> float:
+    """BLEU of one text against one or more reference texts, in [0, 1].
+
+        p_n  = Σ_g min(count_hyp(g), max_ref count_ref(g)) / Σ_g count_hyp(g)   (clipped precision)
+        BLEU = BP · exp( (1/N) Σ_n log p_n )                                     (geometric mean)
+        BP   = 1 if c > r else exp(1 − r / c)                                    (brevity penalty)
+
+    with c the hypothesis length and r the reference length closest to c (the shorter on a
+    tie). Smoothing (Lin & Och, 2004): for n ≥ 2 add 1 to the numerator and denominator, so a
+    short text is not scored 0 just because it has no matching 4-gram. Unigrams are not
+    smoothed, so texts with no word in common score 0. Identical texts score 1.
+
+    Args:
+        hypothesis: the text to score.
+        references: texts to compare against.
+        max_n: longest n-gram N.
+    """
+    hyp = tokenize(hypothesis)
+    refs = [tokenize(r) for r in references]
+    if not hyp or not refs:
+        return 0.0
+    log_precisions = []
+    for n in range(1, max_n + 1):
+        hyp_counts = _ngrams(hyp, n)
+        max_ref_counts: Counter = Counter()
+        for ref in refs:
+            max_ref_counts |= _ngrams(ref, n)  # | keeps the max count of each n-gram
+        matches = sum(min(c, max_ref_counts[g]) for g, c in hyp_counts.items())
+        total = sum(hyp_counts.values())
+        if n > 1:
+            matches, total = matches + 1, total + 1
+        if matches == 0:
+            return 0.0
+        log_precisions.append(math.log(matches / total))
+    c = len(hyp)
+    r = min((len(ref) for ref in refs), key=lambda length: (abs(length - c), length))
+    brevity_penalty = 1.0 if c > r else math.exp(1.0 - r / c)
+    return brevity_penalty * math.exp(sum(log_precisions) / max_n)
+
+
+def self_bleu(texts: Sequence[str], max_n: int = 4) -> float:
+    """Self-BLEU: each text's BLEU against all the others as references, averaged.
+
+    High means the texts repeat each other (1 for identical texts); a group of samples whose
+    Self-BLEU climbs from ~0.2 towards 0.7 during training is collapsing onto one answer.
+    NaN for fewer than two texts.
+    """
+    if len(texts) < 2:
+        return float("nan")
+    scores = [sentence_bleu(t, [*texts[:i], *texts[i + 1 :]], max_n) for i, t in enumerate(texts)]
+    return sum(scores) / len(scores)
+
+
+def group_self_bleu(texts: Sequence[str], group_size: int, max_n: int = 4) -> float:
+    """Mean Self-BLEU within each contiguous group of ``group_size`` texts (samples of one task)."""
+    if group_size < 2 or len(texts) % group_size != 0:
+        raise ValueError(
+            f"need groups of >= 2 texts and len(texts) a multiple of group_size, "
+            f"got {len(texts)} texts and group_size {group_size}"
+        )
+    scores = [self_bleu(texts[i : i + group_size], max_n) for i in range(0, len(texts), group_size)]
+    return _mean(scores)
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation statistics
+# ---------------------------------------------------------------------------------------------
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a rate of ``k`` successes in ``n`` trials (z=1.96: 95%).
+
+    Better than ``p ± z·sqrt(p(1−p)/n)`` for small n and rates near 0 or 1: it never leaves
+    [0, 1] and is not empty at k = 0. ``n = 0`` gives ``(0.0, 1.0)``: nothing is known.
+    """
+    if n < 0 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if k == 0 else max(0.0, centre - half)  # exact at the ends, where rounding
+    hi = 1.0 if k == n else min(1.0, centre + half)  # would otherwise leave 1e-16 gaps
+    return lo, hi
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al., 2021): chance that k of the n samples, drawn without
+    replacement, include at least one of the c correct ones.
+
+        pass@k = 1 − C(n − c, k) / C(n, k) = 1 − Π_{i = n−c+1}^{n} (1 − k / i)
+
+    The product avoids huge binomials. ``k = 1`` gives ``c / n``.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every draw of k must hit a correct sample
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong

@@ -1,0 +1,460 @@
+"""Policies: profiles, the tiny model built locally, and one loading path for every model.
+
+    prof = profile()                         # "ci", "cpu" or "gpu": every size lives here
+    path = build_tiny(prof)                  # tokenizer + Llama-config model, cached on disk
+    policy = load_policy(path, quantization="4bit", lora=LoraSettings())
+    policy.token_logprobs(ids, mask)         # (B, L-1) logprobs of the given tokens
+    with policy.reference():                 # LoRA adapter disabled = the reference policy
+        ref = policy.token_logprobs(ids, mask)
+
+The tiny policy and a real instruct model on a GPU take the same `load_policy` path: the
+tiny one is saved with `save_pretrained` and loaded back with `from_pretrained`, in 4-bit
+too. No model hub is reachable where agentlab is built and tested, so the tiny tokenizer
+(byte-level BPE) is trained here on text from the kit's own environments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+PROFILES = ("ci", "cpu", "gpu")
+TINY = "tiny"  # the name that `load_policy` resolves to the locally built model
+SPECIAL = {"pad": "<|pad|>", "eot": "<|end|>", "bos": "<|bos|>"}
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+# ---------------------------------------------------------------------------- profiles
+
+@dataclass(frozen=True)
+class Profile:
+    """Every size and step count that differs between profiles (one line per field)."""
+
+    name: str
+    device: str  # "cpu" or "cuda"
+    model: str  # "tiny" or a hub id / local folder (gpu: AGENTLAB_MODEL)
+    quantization: str | None  # None, "4bit" or "8bit"
+    # tiny model architecture
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_seq_len: int
+    # SFT warm-up
+    sft_steps: int
+    sft_batch: int
+    sft_lr: float
+    imperfect_share: float  # fraction of demonstration actions from the biased demonstrator
+    # RL
+    rl_updates: int
+    tasks_per_update: int
+    group_size: int
+    rl_lr: float
+    lora_r: int
+    max_new_tokens: int  # per turn
+    eval_episodes: int
+    seed: int = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Compute dtype: float32 on CPU (bf16 is emulated there and ~6x slower), bf16 on CUDA."""
+        return torch.bfloat16 if self.device == "cuda" else torch.float32
+
+    def replace(self, **changes) -> "Profile":
+        return dataclasses.replace(self, **changes)
+
+
+_TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, vocab_size=1024, max_seq_len=768)
+
+_PROFILES = {
+    "ci": Profile(
+        name="ci", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
+        sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
+        rl_updates=30, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        max_new_tokens=24, eval_episodes=100,
+    ),
+    "cpu": Profile(
+        name="cpu", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
+        sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
+        rl_updates=120, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        max_new_tokens=24, eval_episodes=200,
+    ),
+    "gpu": Profile(
+        name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **_TINY_ARCH,
+        sft_steps=100, sft_batch=16, sft_lr=1e-4, imperfect_share=0.0,
+        rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=2e-6, lora_r=16,
+        max_new_tokens=256, eval_episodes=200,
+    ),
+}
+
+
+def profile(name: str | None = None) -> Profile:
+    """The profile named, else ``AGENTLAB_PROFILE``, else ``gpu`` with CUDA and ``cpu`` without.
+
+    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder).
+    """
+    name = name or os.environ.get("AGENTLAB_PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")
+    if name not in _PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES} (AGENTLAB_PROFILE)")
+    prof = _PROFILES[name]
+    if name == "gpu" and os.environ.get("AGENTLAB_MODEL"):
+        prof = prof.replace(model=os.environ["AGENTLAB_MODEL"])
+    return prof
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch in one place."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def cache_dir() -> Path:
+    """``AGENTLAB_CACHE`` or ``~/.cache/agentlab``."""
+    env = os.environ.get("AGENTLAB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "agentlab"
+
+
+# ---------------------------------------------------------------------------- the tiny model
+
+@functools.lru_cache(maxsize=4)
+def tokenizer_corpus(episodes_per_env: int = 60, seed: int = 0) -> tuple[str, ...]:
+    """Text the tiny tokenizer is trained on: prompts, observations and actions of every env
+    (cached for the process: it runs every env, the code sandbox included)."""
+    import numpy as np
+
+    from agentlab.envs import ENV_IDS, make
+
+    texts = [CHAT_TEMPLATE]
+    for env_id in ENV_IDS:
+        env = make(env_id)
+        rng = np.random.default_rng(seed)
+        texts.append(env.system_prompt)
+        for ep in range(episodes_per_env):
+            obs, _ = env.reset(seed=seed + ep, options={"task": env.generate_task(rng, ep % (env.max_difficulty + 1))})
+            texts.append(obs)
+            for _ in range(env.max_steps):
+                action = env.expert_action() if rng.random() < 0.6 else env.imperfect_action(rng)
+                obs, _, term, trunc, _ = env.step(action)
+                texts += [action, obs]
+                if term or trunc:
+                    break
+        env.close()
+    return tuple(texts)
+
+
+def _recipe(prof: Profile, corpus: tuple[str, ...]) -> dict:
+    import tokenizers
+    import transformers
+
+    digest = hashlib.sha256("\x1e".join(corpus).encode()).hexdigest()[:16]
+    arch = {k: getattr(prof, k) for k in _TINY_ARCH}
+    return {"arch": arch, "seed": prof.seed, "corpus": digest, "template": CHAT_TEMPLATE, "version": 1,
+            "transformers": transformers.__version__.split(".")[0], "tokenizers": tokenizers.__version__}
+
+
+def train_tokenizer(corpus: tuple[str, ...] | list[str], vocab_size: int):
+    """A byte-level BPE tokenizer with pad / end-of-turn / role tokens and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = list(SPECIAL.values()) + ROLE_TOKENS
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=SPECIAL["pad"], eos_token=SPECIAL["eot"], bos_token=SPECIAL["bos"],
+        additional_special_tokens=ROLE_TOKENS,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool = True) -> Path:
+    """Build (or reuse) the tiny policy for ``prof``; returns its ``save_pretrained`` folder.
+
+    Deterministic: the same recipe (architecture, seed, corpus, library major versions) gives
+    the same tokenizer and weights. The folder name is the recipe's hash, so a changed
+    recipe builds anew and an unchanged one is reused.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    prof = prof or profile()
+    corpus = tokenizer_corpus(seed=prof.seed)
+    recipe = _recipe(prof, corpus)
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    out = cache_dir() / f"tiny-{key}"
+    if out.exists() and (out / "recipe.json").exists() and not force:
+        return out
+    if verbose:
+        print(f"building the tiny policy in {out} ...")
+    tokenizer = train_tokenizer(corpus, prof.vocab_size)
+    torch.manual_seed(prof.seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=prof.hidden_size, intermediate_size=prof.intermediate_size,
+        num_hidden_layers=prof.num_layers, num_attention_heads=prof.num_heads, num_key_value_heads=prof.num_heads,
+        max_position_embeddings=prof.max_seq_len, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    _atomic_save(out, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp),
+                                   (tmp / "recipe.json").write_text(json.dumps(recipe, indent=1))))
+    return out
+
+
+def _atomic_save(out: Path, write) -> None:
+    """Write into a temporary sibling folder, then rename: a killed build leaves nothing half-done."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        write(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- loading
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter settings (peft)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+class PolicyLoadError(RuntimeError):
+    """A policy that cannot be loaded; the message says why and what to do."""
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PolicyLoadError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
+    return device
+
+
+def _resolve_source(name_or_path: str) -> str:
+    if name_or_path == TINY:
+        return str(build_tiny())
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise PolicyLoadError(f"{path} exists but holds no config.json: it is not a saved model folder")
+        return str(path)
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise PolicyLoadError(f"model folder {name_or_path!r} does not exist")
+    return name_or_path  # a hub id
+
+
+def load_policy(
+    name_or_path: str = TINY,
+    quantization: str | None = None,
+    lora: LoraSettings | bool | None = None,
+    device: str = "auto",
+    adapter: str | None = None,
+) -> "Policy":
+    """Load a causal LM and its tokenizer as a `Policy`.
+
+    ``name_or_path``: ``"tiny"`` (built locally), a ``save_pretrained`` folder, or a hub id.
+    ``quantization``: None, ``"4bit"`` (NF4, double quantization; compute float32 on CPU,
+    bf16 on CUDA) or ``"8bit"``. ``lora``: LoRA settings (True for the defaults) to train an
+    adapter on the frozen base; ``adapter``: a saved adapter folder to load instead.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if quantization not in (None, "4bit", "8bit"):
+        raise PolicyLoadError(f"quantization must be None, '4bit' or '8bit', got {quantization!r}")
+    device = resolve_device(device)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    source = _resolve_source(name_or_path)
+    kwargs: dict = {"dtype": dtype}
+    if quantization is not None:
+        kwargs["quantization_config"] = _bnb_config(quantization, dtype)
+        kwargs["device_map"] = {"": device if device != "cuda" else 0}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except OSError as err:
+        if source == name_or_path and not Path(source).exists():
+            raise PolicyLoadError(
+                f"could not load {name_or_path!r} from the Hugging Face hub ({err.__class__.__name__}). "
+                "The hub may be unreachable from this machine: download the model elsewhere and pass its "
+                "local folder (e.g. AGENTLAB_MODEL=/models/Qwen2.5-1.5B-Instruct)."
+            ) from err
+        raise
+    if tokenizer.chat_template is None:
+        raise PolicyLoadError(
+            f"the tokenizer of {name_or_path!r} has no chat template; agentlab needs one to build multi-turn "
+            "prompts. Use an instruct/chat model or set tokenizer.chat_template before loading."
+        )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if quantization is None:
+        model.to(device)
+    if lora or adapter:
+        model = _with_lora(model, lora if isinstance(lora, LoraSettings) else LoraSettings(), adapter, quantization)
+    return Policy(model, tokenizer, name=name_or_path, quantization=quantization)
+
+
+def _bnb_config(quantization: str, dtype: torch.dtype):
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except Exception as err:  # noqa: BLE001 - any import failure means no bitsandbytes here
+        raise PolicyLoadError(
+            f"{quantization} loading needs bitsandbytes, which cannot be imported here ({err}). "
+            "Install it (pip install bitsandbytes) or load without quantization."
+        ) from err
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+    )
+
+
+def _with_lora(model, settings: LoraSettings, adapter: str | None, quantization: str | None):
+    from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+
+    if quantization is not None:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if adapter is not None:
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    targets = [t for t in settings.target_modules if t in names]
+    if not targets:
+        raise PolicyLoadError(f"none of the LoRA target modules {settings.target_modules} exist in this model")
+    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+# ---------------------------------------------------------------------------- the policy
+
+class Policy:
+    """A causal LM + tokenizer that can sample, score given tokens, and act as its own reference.
+
+    ``model`` may be a plain transformers model or a peft model with a LoRA adapter; in the
+    latter case `reference()` disables the adapter, which gives the base model's logprobs
+    exactly, so GRPO's KL needs no second copy of the model.
+    """
+
+    def __init__(self, model, tokenizer, name: str = "", quantization: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.quantization = quantization
+        self.eot_id = tokenizer.convert_tokens_to_ids(SPECIAL["eot"]) if SPECIAL["eot"] in tokenizer.get_vocab() \
+            else tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def has_adapter(self) -> bool:
+        return hasattr(self.model, "disable_adapter")
+
+    @contextlib.contextmanager
+    def reference(self):
+        """Inside this block the policy is the reference (adapter off); a no-op without LoRA."""
+        if self.has_adapter:
+            with self.model.disable_adapter():
+                yield self
+        else:
+            yield self
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    # -- chat formatting --------------------------------------------------------------------------
+    def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_ids(self, system: str, user: str) -> list[int]:
+        """Token ids of the system prompt and first user message, ending where the agent speaks."""
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self.encode(self.render(msgs, add_generation_prompt=True))
+
+    def observation_ids(self, obs: str) -> list[int]:
+        """Token ids that follow an action (which ended with end-of-turn): the env's reply as a user
+        message, then the cue for the agent's next turn. Tokenised once, never re-tokenised."""
+        a, b = "\x01A\x01", "\x01B\x01"
+        msgs = [{"role": "user", "content": a}, {"role": "assistant", "content": b}, {"role": "user", "content": obs}]
+        text = self.render(msgs, add_generation_prompt=True)
+        after = text[text.index(b) + len(b):]
+        eot = self.tokenizer.convert_ids_to_tokens(self.eot_id)
+        if after.startswith(eot):
+            after = after[len(eot):]
+        return self.encode(after)
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, hidden: bool = False):
+        """Logits (B, L, V) for right- or left-padded ids (B, L); position ids follow the mask."""
+        pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=hidden)
+        return out
+
+    def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False,
+              hidden: bool = False) -> dict[str, torch.Tensor]:
+        """One teacher-forced pass over ids (B, L). Returns ``logp`` (B, L-1): log p(ids[:, t+1] | ids[:, :t+1])
+        at ``temperature``; with ``entropy`` the entropy of each of those distributions (B, L-1); with
+        ``hidden`` the last layer's hidden states (B, L, H) for a value head."""
+        out = self.forward(ids, mask, hidden=hidden)
+        logits = out.logits[:, :-1].float() / temperature  # (B, L-1, V)
+        logp_all = F.log_softmax(logits, dim=-1)
+        result = {"logp": logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)}  # (B, L-1)
+        if entropy:
+            result["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # (B, L-1)
+        if hidden:
+            result["hidden"] = out.hidden_states[-1]
+        return result
+
+    def token_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        """logp[b, t] = log p(ids[b, t+1] | ids[b, :t+1]) at ``temperature``: shape (B, L-1)."""
+        return self.score(ids, mask, temperature)["logp"]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Save the adapter (with LoRA) or the whole model, and the tokenizer."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad or not trainable_only)

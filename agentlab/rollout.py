@@ -1,0 +1,295 @@
+"""Batched multi-turn rollout and the `Trajectory` it produces, with token provenance.
+
+One episode, as tokens (P = prompt, A = action, O = observation):
+
+    P P P P P P | A A A <eot> | O O O O O O | A A <eot> | O O O O | A A A A <eot>
+    system+task   turn 0        env reply     turn 1      env reply   turn 2
+
+Every turn, the next action of *every live env* is sampled in one batched call; envs that
+finished drop out of the batch. Action tokens are stored exactly as sampled (never
+re-tokenised from text) with the logprob the sampling policy gave them; the observation
+tokens appended after an action are tokenised once. Only action tokens carry loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+PROMPT, OBSERVATION, ACTION = 0, 1, 2
+ROLE_NAMES = {PROMPT: "prompt", OBSERVATION: "observation", ACTION: "action"}
+TOO_LONG = "Invalid action: it did not finish within {n} tokens (no end-of-turn token)."
+
+
+# ---------------------------------------------------------------------------- trajectory
+
+@dataclass
+class Trajectory:
+    """One episode: chat messages, tokens with roles, per-turn rewards, old logprobs.
+
+    Token-level lists all have length L (the episode's tokens); turn-level lists have one
+    entry per turn (an action and the env's reply to it).
+    """
+
+    env_id: str
+    task_id: str
+    messages: list[dict] = field(default_factory=list)  # [{"role", "content"}], system first
+    token_ids: list[int] = field(default_factory=list)  # (L,)
+    roles: list[int] = field(default_factory=list)  # (L,) PROMPT / OBSERVATION / ACTION
+    turn_index: list[int] = field(default_factory=list)  # (L,) turn of each action token, -1 elsewhere
+    logprobs: list[float] = field(default_factory=list)  # (L,) sampling logprob of action tokens, 0 elsewhere
+    actions: list[str] = field(default_factory=list)  # (turns,) text sent to the env
+    rewards: list[float] = field(default_factory=list)  # (turns,)
+    components: list[dict] = field(default_factory=list)  # (turns,) reward components
+    infos: list[dict] = field(default_factory=list)  # (turns,) the env's info, JSON-safe
+    values: list[float] | None = None  # (turns,) critic estimates, when a critic is used
+    terminated: bool = False
+    truncated: bool = False
+    success: bool = False
+    difficulty: int = 0
+    group: int = -1  # which group of samples (same task) this belongs to, for GRPO
+    temperature: float = 1.0  # the temperature the logprobs were computed at
+
+    # -- derived views ----------------------------------------------------------------------------
+    @property
+    def num_turns(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """1 on action tokens (the only tokens trained on), 0 elsewhere."""
+        return [int(r == ACTION) for r in self.roles]
+
+    def action_token_ids(self, turn: int) -> list[int]:
+        return [t for t, k in zip(self.token_ids, self.turn_index) if k == turn]
+
+    def turn_spans(self) -> list[tuple[int, int]]:
+        """(start, end) token positions of each turn's action tokens."""
+        spans = []
+        for turn in range(self.num_turns):
+            pos = [i for i, k in enumerate(self.turn_index) if k == turn]
+            spans.append((pos[0], pos[-1] + 1) if pos else (0, 0))
+        return spans
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trajectory":
+        return cls(**d)
+
+
+def save_jsonl(trajectories: Sequence[Trajectory], path: str | os.PathLike) -> None:
+    """One trajectory per line; readable without a model (see `load_jsonl`)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for traj in trajectories:
+            f.write(json.dumps(traj.to_dict()) + "\n")
+
+
+def load_jsonl(path: str | os.PathLike) -> list[Trajectory]:
+    with open(path) as f:
+        return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return repr(x)
+
+
+# ---------------------------------------------------------------------------- sampling
+
+@dataclass
+class SamplingSettings:
+    """How actions are sampled: temperature 0.7-1.0 for training, greedy for evaluation (S16)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0  # 1.0 = no nucleus truncation (on-policy)
+    max_new_tokens: int = 24  # per turn; an action without end-of-turn by then is invalid
+    greedy: bool = False
+
+
+@torch.no_grad()
+def sample_actions(policy, contexts: list[list[int]], settings: SamplingSettings,
+                   generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample one action per context, in one batch, with a KV cache inside the turn.
+
+    Contexts are left-padded so every row ends where its action starts. Returns the sampled
+    token ids (ending with end-of-turn unless the token limit came first) and the logprob of
+    each under the policy at ``settings.temperature``.
+    """
+    model, device = policy.model, policy.device
+    B, L = len(contexts), max(len(c) for c in contexts)
+    ids = torch.full((B, L), policy.pad_id, dtype=torch.long)
+    mask = torch.zeros((B, L), dtype=torch.long)
+    for b, ctx in enumerate(contexts):
+        ids[b, L - len(ctx):] = torch.tensor(ctx)
+        mask[b, L - len(ctx):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1]  # (B, V)
+    next_pos = pos[:, -1:] + 1  # (B, 1)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    logps: list[list[float]] = [[] for _ in range(B)]
+    temperature = 1.0 if settings.greedy else settings.temperature
+    for _ in range(settings.max_new_tokens):
+        logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
+        if settings.greedy:
+            tok = logp_all.argmax(-1)
+        else:
+            probs = _top_p(logp_all.exp(), settings.top_p)
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+        for b in (~done).nonzero().flatten().tolist():
+            tokens[b].append(int(tok[b]))
+            logps[b].append(float(lp[b]))
+        done |= tok == policy.eot_id
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
+                    past_key_values=past, use_cache=True)
+        past, logits, next_pos = out.past_key_values, out.logits[:, -1], next_pos + 1
+    return tokens, logps
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability reaches ``top_p``; (B, V) -> (B, V)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(-1, descending=True)
+    keep = sorted_p.cumsum(-1) - sorted_p < top_p
+    sorted_p = sorted_p * keep
+    return torch.zeros_like(probs).scatter(-1, order, sorted_p)
+
+
+# ---------------------------------------------------------------------------- rollout
+
+def rollout(
+    envs: Sequence,
+    policy,
+    settings: SamplingSettings | None = None,
+    tasks: Sequence | None = None,
+    seeds: Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
+    max_context: int | None = None,
+    prompt_prefix: str = "",
+) -> list[Trajectory]:
+    """Run one episode in each env, batching every live env's next action per turn.
+
+    ``tasks[i]`` (a `Task` or dict) or ``seeds[i]`` picks env i's task. ``max_context`` caps
+    the episode's tokens (default: the model's position limit); an episode that would pass
+    it is truncated. ``prompt_prefix`` is added before the first observation (reflection).
+    """
+    settings = settings or SamplingSettings()
+    n = len(envs)
+    max_context = max_context or getattr(policy.model.config, "max_position_embeddings", 4096)
+    trajs, contexts = [], []
+    for i, env in enumerate(envs):
+        base = getattr(env, "unwrapped", env)
+        options = {"task": tasks[i]} if tasks is not None else None
+        obs, info = env.reset(seed=None if seeds is None else int(seeds[i]), options=options)
+        first = prompt_prefix + obs
+        ids = policy.prompt_ids(base.system_prompt, first)
+        spec_id = env.spec.id if getattr(env, "spec", None) is not None else f"agentlab/{base.name}-v0"
+        trajs.append(Trajectory(
+            env_id=spec_id, task_id=info.get("task_id", ""), difficulty=int(info.get("difficulty", 0)),
+            messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": first}],
+            token_ids=list(ids), roles=[PROMPT] * len(ids), turn_index=[-1] * len(ids),
+            logprobs=[0.0] * len(ids), temperature=1.0 if settings.greedy else settings.temperature,
+        ))
+        contexts.append(list(ids))
+    live = list(range(n))
+    while live:
+        new_tokens, new_logps = sample_actions(policy, [contexts[i] for i in live], settings, generator)
+        still = []
+        for i, toks, lps in zip(live, new_tokens, new_logps):
+            traj, env = trajs[i], envs[i]
+            turn = traj.num_turns
+            finished = bool(toks) and toks[-1] == policy.eot_id
+            text = policy.tokenizer.decode(toks[:-1] if finished else toks, skip_special_tokens=False)
+            traj.token_ids += toks
+            traj.roles += [ACTION] * len(toks)
+            traj.turn_index += [turn] * len(toks)
+            traj.logprobs += lps
+            contexts[i] += toks
+            if finished:
+                obs, reward, term, trunc, info = env.step(text)
+            else:  # ran out of tokens: the env still counts the turn and charges the format penalty
+                _, reward, term, trunc, info = env.step("")
+                obs = TOO_LONG.format(n=settings.max_new_tokens)
+                info = {**info, "valid": False}
+            traj.actions.append(text)
+            traj.messages.append({"role": "assistant", "content": text})
+            traj.rewards.append(float(reward))
+            traj.components.append(dict(info.get("reward_components", {})))
+            traj.infos.append(_json_safe(info))
+            obs_ids = policy.observation_ids(obs)
+            out_of_context = len(contexts[i]) + len(obs_ids) + settings.max_new_tokens > max_context
+            if not out_of_context:  # the last observation is kept too: a critic values the state it shows
+                traj.messages.append({"role": "user", "content": obs})
+                traj.token_ids += obs_ids
+                traj.roles += [OBSERVATION] * len(obs_ids)
+                traj.turn_index += [-1] * len(obs_ids)
+                traj.logprobs += [0.0] * len(obs_ids)
+                contexts[i] += obs_ids
+            if term or trunc or out_of_context:  # out of context ends like a step limit (bootstrapped)
+                traj.terminated, traj.truncated = bool(term), not term
+                traj.success = bool(info.get("success", False)) if term else False
+                continue
+            still.append(i)
+        live = still
+    return trajs
+
+
+def make_envs(env_id: str, n: int, **env_kwargs) -> list:
+    """``n`` independent instances of one env (no Gymnasium wrappers; see `agentlab.envs.make`)."""
+    from agentlab.envs import make
+
+    return [make(env_id, **env_kwargs) for _ in range(n)]
+
+
+# ---------------------------------------------------------------------------- batching for losses
+
+def pad_batch(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad trajectories into tensors for a teacher-forced forward pass.
+
+    Returns ``ids`` (B, L), ``attn`` (B, L), ``loss_mask`` (B, L-1) — 1 where the *next*
+    token is an action token — ``old_logp`` (B, L-1) and ``turn_index`` (B, L-1), aligned with
+    `Policy.token_logprobs` (position t scores token t+1).
+    """
+    B, L = len(trajs), max(len(t.token_ids) for t in trajs)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    loss_mask = torch.zeros((B, L), dtype=torch.float32)
+    old_logp = torch.zeros((B, L), dtype=torch.float32)
+    turn_index = torch.full((B, L), -1, dtype=torch.long)
+    for b, t in enumerate(trajs):
+        n = len(t.token_ids)
+        ids[b, :n] = torch.tensor(t.token_ids)
+        attn[b, :n] = 1
+        loss_mask[b, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        old_logp[b, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        turn_index[b, :n] = torch.tensor(t.turn_index)
+    return {"ids": ids, "attn": attn, "loss_mask": loss_mask[:, 1:], "old_logp": old_logp[:, 1:],
+            "turn_index": turn_index[:, 1:]}

@@ -1,0 +1,138 @@
+"""SFT warm-up: teach the tiny policy the action grammar from scripted demonstrations.
+
+RL only has something to learn when the starting policy acts but is far from perfect. The
+warm-up mixes the scripted expert with a *systematically* imperfect demonstrator (each env's
+`imperfect_action`, e.g. GuessNumber's "guess the lowest number still possible"): measured
+here, SFT on a biased demonstrator leaves a policy RL improves quickly, while SFT on randomly
+corrupted demonstrations or stopped early leaves one it barely moves.
+
+Demonstrations are built token by token exactly as `rollout` builds a trajectory, and the
+loss is on action tokens only (the end-of-turn token included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agentlab.models import Profile, _atomic_save, build_tiny, cache_dir, load_policy, profile
+from agentlab.rollout import ACTION, OBSERVATION, PROMPT, Trajectory, pad_batch
+
+SFT_LEVELS = (0, 0, 1)  # difficulties demonstrated: mostly the lowest, some of the next
+
+
+def demonstration(policy, env, rng: np.random.Generator, imperfect_share: float, difficulty: int = 0) -> Trajectory:
+    """One episode acted by the expert (or, with probability ``imperfect_share`` per action,
+    by the biased demonstrator), tokenised exactly as `rollout` tokenises a sampled one."""
+    base = env.unwrapped if hasattr(env, "unwrapped") else env
+    obs, info = env.reset(seed=int(rng.integers(2**31)), options={"task": base.generate_task(rng, difficulty)})
+    ids = policy.prompt_ids(base.system_prompt, obs)
+    traj = Trajectory(env_id=f"agentlab/{base.name}-v0", task_id=info["task_id"], difficulty=difficulty,
+                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}],
+                      token_ids=list(ids), roles=[PROMPT] * len(ids), turn_index=[-1] * len(ids),
+                      logprobs=[0.0] * len(ids))
+    while True:
+        action = base.imperfect_action(rng) if rng.random() < imperfect_share else base.expert_action()
+        toks = policy.encode(action) + [policy.eot_id]
+        turn = traj.num_turns
+        traj.token_ids += toks
+        traj.roles += [ACTION] * len(toks)
+        traj.turn_index += [turn] * len(toks)
+        traj.logprobs += [0.0] * len(toks)
+        obs, reward, term, trunc, info = env.step(action)
+        traj.actions.append(action)
+        traj.rewards.append(float(reward))
+        traj.components.append(dict(info["reward_components"]))
+        traj.messages.append({"role": "assistant", "content": action})
+        if term or trunc:
+            traj.terminated, traj.truncated, traj.success = term, trunc and not term, bool(info.get("success"))
+            return traj
+        obs_ids = policy.observation_ids(obs)
+        traj.messages.append({"role": "user", "content": obs})
+        traj.token_ids += obs_ids
+        traj.roles += [OBSERVATION] * len(obs_ids)
+        traj.turn_index += [-1] * len(obs_ids)
+        traj.logprobs += [0.0] * len(obs_ids)
+
+
+def demonstrations(policy, env_ids, episodes_per_env: int, imperfect_share: float, seed: int = 0,
+                   levels=SFT_LEVELS) -> list[Trajectory]:
+    from agentlab.envs import make
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for env_id in env_ids:
+        env = make(env_id)
+        for ep in range(episodes_per_env):
+            out.append(demonstration(policy, env, rng, imperfect_share, levels[ep % len(levels)]))
+        env.close()
+    return out
+
+
+def sft_loss(policy, batch: dict) -> torch.Tensor:
+    """Mean negative log-likelihood of the action tokens (B, L-1 masked)."""
+    logp = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1)
+    mask = batch["loss_mask"]
+    return -(logp * mask).sum() / mask.sum().clamp(min=1)
+
+
+def sft(policy, demos: list[Trajectory], steps: int, batch_size: int, lr: float, seed: int = 0,
+        progress: bool = True) -> list[float]:
+    """Train on demonstrations with AdamW; returns the loss of every step."""
+    device = policy.device
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
+    rng = np.random.default_rng(seed)
+    by_length = np.argsort([len(d.token_ids) for d in demos], kind="stable")  # batches of similar length pad less
+    size = min(batch_size, len(demos))
+    losses = []
+    policy.model.train()
+    for _ in tqdm(range(steps), desc="SFT", disable=not progress):
+        start = int(rng.integers(len(demos) - size + 1))
+        idx = by_length[start:start + size]
+        batch = {k: v.to(device) for k, v in pad_batch([demos[i] for i in idx], policy.pad_id).items()}
+        loss = sft_loss(policy, batch)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    policy.model.eval()
+    return losses
+
+
+def warm_policy_path(prof: Profile | None = None, force: bool = False, progress: bool = True) -> Path:
+    """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
+
+    Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe and the
+    SFT settings, so changing either warms a new one.
+    """
+    from agentlab.envs import ENV_IDS
+
+    prof = prof or profile()
+    base = build_tiny(prof, verbose=progress)
+    episodes = min(300, max(1, prof.sft_steps * prof.sft_batch // (2 * len(ENV_IDS))))
+    recipe = {"base": base.name, "steps": prof.sft_steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
+              "imperfect": prof.imperfect_share, "episodes": episodes, "levels": SFT_LEVELS, "seed": prof.seed,
+              "envs": ENV_IDS, "version": 1}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    out = cache_dir() / f"warm-{key}"
+    if out.exists() and (out / "sft.json").exists() and not force:
+        return out
+    torch.manual_seed(prof.seed)
+    policy = load_policy(str(base), device="cpu")
+    t0 = time.time()
+    demos = demonstrations(policy, ENV_IDS, episodes, prof.imperfect_share, seed=prof.seed)
+    t_demo = time.time() - t0
+    losses = sft(policy, demos, prof.sft_steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+    report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
+              "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
+    _atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))
+    return out

@@ -1,0 +1,366 @@
+"""The training loop: sample tasks → rollout → shape rewards → advantages → update → evaluate.
+
+    cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", algo="grpo", profile="ci")
+    result = train(cfg, callbacks=[dashboard])      # runs/<name>/metrics.jsonl, checkpoints/
+    result = train(cfg, resume=True)                # continue a killed run where it stopped
+
+Everything a run writes lives in ``cfg.out_dir``: ``config.json``, ``metrics.jsonl`` (one
+line per update), ``eval.jsonl`` (greedy success on held-out tasks), ``checkpoints/`` (the
+trainable weights, optimiser, value head and RNG states, written atomically every
+``checkpoint_every`` updates) and ``final/`` (the adapter, loadable with `load_policy`).
+
+Each update draws its tasks and sampling noise from generators seeded by (seed, update), so
+a resumed run continues exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agentlab import metrics as M
+from agentlab.algos import grpo, ppo
+from agentlab.envs import env_class, make
+from agentlab.models import LoraSettings, Policy, load_policy, profile
+from agentlab.rewards import RewardShaping, shape_group_rewards
+from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
+from agentlab.tasks import load_tasks
+
+
+class TrainingDiverged(RuntimeError):
+    """Raised after ``max_bad_updates`` updates in a row had a NaN or infinite loss."""
+
+
+@dataclass
+class TrainConfig:
+    """One training run. ``None`` fields take the profile's value (see `resolve`)."""
+
+    env_id: str = "agentlab/GuessNumber-v0"  # Gymnasium id of the env to train on
+    algo: str = "grpo"  # "grpo" or "ppo"
+    profile: str | None = None  # "ci", "cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
+    policy: str | None = None  # model folder or hub id; None = the profile's (warmed tiny policy on CPU)
+    quantization: str | None = "profile"  # None, "4bit", "8bit" or "profile"
+    lora_r: int | None = None  # LoRA rank
+    updates: int | None = None  # number of updates
+    tasks_per_update: int | None = None  # distinct tasks per update
+    group_size: int | None = None  # samples per task (GRPO's group; PPO just gets more episodes)
+    lr: float | None = None  # AdamW learning rate of the adapter (and value head)
+    temperature: float = 1.0  # sampling temperature for training [0.7, 1.0]; eval is greedy
+    top_p: float = 1.0  # nucleus sampling; 1.0 keeps training on-policy
+    max_new_tokens: int | None = None  # token budget per turn
+    difficulty: int | list[int] = 0  # task difficulty level(s) sampled for training
+    stratify: bool = False  # equal share of every difficulty level in each batch (S29)
+    horizon: tuple[int, int] | None = None  # (first, last) max_steps, raised linearly over training (S17)
+    reward_mode: str = "process"  # "process" or "outcome" rewards from the env
+    env_kwargs: dict = field(default_factory=dict)  # extra env arguments (e.g. require_evidence)
+    shaping: RewardShaping = field(default_factory=RewardShaping)  # batch-level reward shaping
+    reflection: bool = False  # retry all-failed groups with the failure reason and train on both (S26)
+    grpo: grpo.GRPOSettings = field(default_factory=grpo.GRPOSettings)  # GRPO hyperparameters
+    ppo: ppo.PPOSettings = field(default_factory=ppo.PPOSettings)  # PPO hyperparameters
+    eval_every: int = 10  # greedy evaluation on held-out tasks every N updates (and at start and end)
+    eval_episodes: int | None = None  # episodes per evaluation
+    checkpoint_every: int = 10  # write a checkpoint every N updates
+    max_bad_updates: int = 3  # stop after this many non-finite updates in a row
+    name: str = "run"  # run name; output goes to out_dir
+    out_dir: str | None = None  # None = runs/<name>
+    seed: int = 0  # seeds tasks, sampling and minibatch order
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Fill every ``None`` from the profile (derived values, computed in one place)."""
+    prof = profile(cfg.profile)
+    if cfg.algo not in ("grpo", "ppo"):
+        raise ValueError(f"algo must be 'grpo' or 'ppo', got {cfg.algo!r}")
+    env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
+    pick = lambda value, default: default if value is None else value  # noqa: E731
+    return dataclasses.replace(
+        cfg, profile=prof.name,
+        quantization=prof.quantization if cfg.quantization == "profile" else cfg.quantization,
+        lora_r=pick(cfg.lora_r, prof.lora_r), updates=pick(cfg.updates, prof.rl_updates),
+        tasks_per_update=pick(cfg.tasks_per_update, prof.tasks_per_update),
+        group_size=pick(cfg.group_size, prof.group_size), lr=pick(cfg.lr, prof.rl_lr),
+        max_new_tokens=pick(cfg.max_new_tokens, prof.max_new_tokens),
+        eval_episodes=pick(cfg.eval_episodes, prof.eval_episodes),
+        out_dir=pick(cfg.out_dir, f"runs/{cfg.name}"),
+    )
+
+
+def load_training_policy(cfg: TrainConfig) -> Policy:
+    """The policy to train: a LoRA adapter on the profile's (or the given) base model."""
+    source = cfg.policy
+    if source is None:
+        prof = profile(cfg.profile)
+        if prof.model == "tiny":
+            from agentlab.sft import warm_policy_path
+
+            source = str(warm_policy_path(prof))
+        else:
+            source = prof.model
+    return load_policy(source, quantization=cfg.quantization, lora=LoraSettings(r=cfg.lora_r, alpha=2 * cfg.lora_r))
+
+
+@dataclass
+class TrainResult:
+    policy: Policy
+    history: list[dict]  # one metrics dict per update
+    evals: list[dict]  # {"update", "success_rate", "success_ci95", "episodes"}
+    out_dir: Path
+
+
+# ---------------------------------------------------------------------------- sampling tasks
+
+def sample_tasks(env, cfg: TrainConfig, rng: np.random.Generator) -> list:
+    """``tasks_per_update`` tasks from the env's generator at the configured difficulty."""
+    levels = cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty]
+    if cfg.stratify:  # every level gets the same share of the batch, in a fixed order
+        picks = [levels[i % len(levels)] for i in range(cfg.tasks_per_update)]
+    else:
+        picks = [levels[int(rng.integers(len(levels)))] for _ in range(cfg.tasks_per_update)]
+    return [env.generate_task(rng, d) for d in picks]
+
+
+def max_steps_at(cfg: TrainConfig, update: int) -> int | None:
+    """The horizon schedule: max_steps rises linearly from ``horizon[0]`` to ``horizon[1]``."""
+    if cfg.horizon is None:
+        return None
+    first, last = cfg.horizon
+    frac = update / max(1, cfg.updates - 1)
+    return int(round(first + frac * (last - first)))
+
+
+def eval_tasks(cfg: TrainConfig) -> list:
+    """Held-out tasks at the training difficulty levels (cycled up to ``eval_episodes``)."""
+    levels = set(cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty])
+    tasks = [t for t in load_tasks(env_class(cfg.env_id).task_file(), "eval") if t.difficulty in levels]
+    if not tasks:
+        raise ValueError(f"{cfg.env_id}: the eval split has no task at difficulty {sorted(levels)}")
+    return [tasks[i % len(tasks)] for i in range(cfg.eval_episodes)]
+
+
+def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | None = None) -> dict:
+    """Greedy success on ``tasks`` with its 95% interval (decoding as in deployment, S16)."""
+    envs = [make(cfg.env_id, reward_mode=cfg.reward_mode, max_steps=max_steps, **cfg.env_kwargs) for _ in tasks]
+    trajs = rollout(envs, policy, SamplingSettings(greedy=True, max_new_tokens=cfg.max_new_tokens), tasks=tasks)
+    wins = sum(t.success for t in trajs)
+    return {"success_rate": wins / len(trajs), "success_ci95": list(M.wilson_interval(wins, len(trajs))),
+            "episodes": len(trajs), "mean_turns": M.mean_turns([t.num_turns for t in trajs]),
+            "distinct_tasks": len({t.task_id for t in trajs}), "trajectories": trajs}
+
+
+# ---------------------------------------------------------------------------- one update's data
+
+def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
+            rng: np.random.Generator) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Rollouts for one update in contiguous groups; plus reflection retries of all-failed groups."""
+    steps = max_steps_at(cfg, update)
+    env_kwargs = {"reward_mode": cfg.reward_mode, "max_steps": steps, **cfg.env_kwargs}
+    tasks = sample_tasks(make(cfg.env_id, **env_kwargs), cfg, rng)
+    group_tasks = [t for t in tasks for _ in range(cfg.group_size)]  # (N,) contiguous groups
+    settings = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    envs = [make(cfg.env_id, **env_kwargs) for _ in group_tasks]
+    trajs = rollout(envs, policy, settings, tasks=group_tasks, generator=gen)
+    for i, t in enumerate(trajs):
+        t.group = i // cfg.group_size
+    retries: list[Trajectory] = []
+    if cfg.reflection:
+        for g in range(len(tasks)):
+            group = trajs[g * cfg.group_size:(g + 1) * cfg.group_size]
+            if any(t.success for t in group):
+                continue
+            reason = group[0].messages[-1]["content"] if group[0].messages[-1]["role"] == "user" else "no answer"
+            prefix = f"A previous attempt failed. Last feedback: {reason.strip()[:160]}\n"
+            envs = [make(cfg.env_id, **env_kwargs) for _ in range(cfg.group_size)]
+            redo = rollout(envs, policy, settings, tasks=[tasks[g]] * cfg.group_size, generator=gen,
+                           prompt_prefix=prefix)
+            for t in redo:
+                t.group = len(tasks) + len(retries) // cfg.group_size
+            retries += redo
+    return trajs, retries
+
+
+def episode_rewards(trajs: list[Trajectory], cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
+    """Episode rewards (N,) after the batch-level shaping switched on in ``cfg.shaping``."""
+    raw = torch.tensor([t.total_reward for t in trajs])
+    completeness = torch.tensor([sum(i.get("valid", False) for i in t.infos) / max(1, t.num_turns) for t in trajs])
+    texts = ["\n".join(t.actions) for t in trajs]
+    return shape_group_rewards(raw, texts, cfg.group_size, cfg.shaping, completeness=completeness)
+
+
+def batch_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict:
+    """The diagnostics of DESIGN.md that come from the episodes themselves."""
+    infos = [i for t in trajs for i in t.infos]
+    out = {
+        "success_rate": M.success_rate([t.success for t in trajs]),
+        "mean_return": M.mean_return([t.rewards for t in trajs]),
+        "mean_turns": M.mean_turns([t.num_turns for t in trajs]),
+        "invalid_rate": M.invalid_rate([i.get("valid", False) for i in infos]),
+        "self_bleu": M.group_self_bleu(["\n".join(t.actions) for t in trajs], cfg.group_size),
+    }
+    out.update({f"reward/{k}": v for k, v in M.mean_components(
+        [{k: sum(c.get(k, 0.0) for c in t.components) for k in {k for c in t.components for k in c}}
+         for t in trajs]).items()})
+    out.update({f"action/{k}": v for k, v in M.action_distribution([i.get("tool") for i in infos]).items()})
+    out.update({f"step/{k}": v for k, v in M.step_level_rates([i.get("checks", {}) for i in infos]).items()})
+    return out
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(out_dir: Path, update: int, policy: Policy, optimizer, value_head, cfg: TrainConfig,
+                    keep: int = 2) -> Path:
+    """Write ``checkpoints/update-NNNNN`` atomically (temp folder, then rename); keep the last ``keep``."""
+    ckpt_dir = out_dir / "checkpoints"
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"update-{update:05d}"
+    tmp = ckpt_dir / f".tmp-{update:05d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainable = {n: p.detach().cpu() for n, p in policy.model.named_parameters() if p.requires_grad}
+    torch.save(trainable, tmp / "trainable.pt")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    if value_head is not None:
+        torch.save(value_head.state_dict(), tmp / "value_head.pt")
+    state = {"update": update, "torch_rng": torch.get_rng_state().tolist()}
+    (tmp / "state.json").write_text(json.dumps(state))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in sorted(ckpt_dir.glob("update-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    ckpts = sorted((out_dir / "checkpoints").glob("update-*"))
+    return ckpts[-1] if ckpts else None
+
+
+def load_checkpoint(path: Path, policy: Policy, optimizer, value_head) -> int:
+    """Restore weights, optimiser, value head and RNG; return the number of updates done."""
+    trainable = torch.load(path / "trainable.pt")
+    missing = set(trainable) - {n for n, _ in policy.model.named_parameters()}
+    if missing:
+        raise RuntimeError(f"checkpoint {path} does not match this model (unknown parameters {sorted(missing)[:3]})")
+    policy.model.load_state_dict(trainable, strict=False)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt"))
+    if value_head is not None and (path / "value_head.pt").exists():
+        value_head.load_state_dict(torch.load(path / "value_head.pt"))
+    state = json.loads((path / "state.json").read_text())
+    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+    return int(state["update"])
+
+
+def _truncate_jsonl(path: Path, before_update: int) -> None:
+    """Keep the lines of a metrics file that belong to updates before ``before_update``."""
+    if not path.exists():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["update"] < before_update]
+    path.write_text("".join(ln + "\n" for ln in lines))
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+# ---------------------------------------------------------------------------- the loop
+
+def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False, progress: bool = True,
+          policy: Policy | None = None) -> TrainResult:
+    """Train ``cfg.updates`` updates; see the module docstring for what is written where.
+
+    ``callbacks`` are called as ``cb(update, metrics, trajectories)`` after every update.
+    ``policy``: train this already-loaded policy (with a LoRA adapter) instead of loading one.
+    """
+    cfg = resolve(cfg)
+    out_dir = Path(cfg.out_dir)
+    if out_dir.exists() and not resume and latest_checkpoint(out_dir) is not None:
+        raise FileExistsError(f"{out_dir} already holds a run; pass resume=True to continue it or pick another name")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
+    torch.manual_seed(cfg.seed)
+    policy = policy or load_training_policy(cfg)
+    value_head = None
+    params = policy.trainable_parameters()
+    if cfg.algo == "ppo":
+        value_head = ppo.ValueHead(policy.model.config.hidden_size).to(policy.device)
+        params = params + list(value_head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    start = 0
+    if resume and (ckpt := latest_checkpoint(out_dir)) is not None:
+        start = load_checkpoint(ckpt, policy, optimizer, value_head)
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        if start == 0:
+            (out_dir / name).unlink(missing_ok=True)
+        _truncate_jsonl(out_dir / name, start)
+    history = [json.loads(ln) for ln in (out_dir / "metrics.jsonl").read_text().splitlines()] \
+        if (out_dir / "metrics.jsonl").exists() else []
+    evals = [json.loads(ln) for ln in (out_dir / "eval.jsonl").read_text().splitlines()] \
+        if (out_dir / "eval.jsonl").exists() else []
+    held_out = eval_tasks(cfg)
+
+    def run_eval(update: int) -> None:
+        res = greedy_eval(policy, cfg, held_out)
+        record = {"update": update, **{k: v for k, v in res.items() if k != "trajectories"}}
+        evals.append(record)
+        _append_jsonl(out_dir / "eval.jsonl", record)
+        save_jsonl(res["trajectories"][:32], out_dir / f"eval-trajectories-{update:05d}.jsonl")
+
+    if start == 0:
+        run_eval(0)
+    bad_in_a_row = 0
+    bar = tqdm(range(start, cfg.updates), desc=f"{cfg.algo} {cfg.env_id.split('/')[-1]}", disable=not progress,
+               initial=start, total=cfg.updates)
+    for update in bar:
+        rng = np.random.default_rng([cfg.seed, update])
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
+        t0 = time.perf_counter()
+        trajs, retries = collect(policy, cfg, update, gen, rng)
+        batch = trajs + retries
+        t1 = time.perf_counter()
+        if cfg.algo == "grpo":
+            rewards, shaping_info = episode_rewards(batch, cfg)
+            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=gen)
+        else:
+            shaping_info = {}
+            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=gen)
+        t2 = time.perf_counter()
+        action_tokens = sum(len(t.turn_index) - t.turn_index.count(-1) for t in batch)
+        record = {"update": update, **batch_metrics(trajs, cfg), **stats, **shaping_info,
+                  "max_steps": max_steps_at(cfg, update), "reflection_retries": len(retries),
+                  "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
+                  "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
+                  "seconds_update": t2 - t1}
+        if stats.get("nonfinite", 0.0) >= 1.0:
+            bad_in_a_row += 1
+            warnings.warn(f"update {update}: the loss was NaN or infinite; the update was skipped")
+            if bad_in_a_row >= cfg.max_bad_updates:
+                _append_jsonl(out_dir / "metrics.jsonl", record)
+                raise TrainingDiverged(
+                    f"{bad_in_a_row} updates in a row had a NaN or infinite loss (last: update {update}). "
+                    f"Lower the learning rate (now {cfg.lr}) or resume from {latest_checkpoint(out_dir)}."
+                )
+        else:
+            bad_in_a_row = 0
+        history.append(record)
+        _append_jsonl(out_dir / "metrics.jsonl", record)
+        done = update + 1
+        if done % cfg.eval_every == 0 or done == cfg.updates:
+            run_eval(done)
+        if done % cfg.checkpoint_every == 0 or done == cfg.updates:
+            save_checkpoint(out_dir, done, policy, optimizer, value_head, cfg)
+        bar.set_postfix(success=f"{record['success_rate']:.2f}", turns=f"{record['mean_turns']:.1f}")
+        for cb in callbacks:
+            cb(update, record, trajs)
+    policy.save(out_dir / "final")
+    return TrainResult(policy=policy, history=history, evals=evals, out_dir=out_dir)
+

@@ -1,0 +1,77 @@
+"""The `agentlab` command: eval's JSON contract, play driven through stdin, the budget arithmetic."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlab.budget import compute_budget
+from agentlab.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def agentlab(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the command as a user would (``python -m agentlab.cli`` = the ``agentlab`` script)."""
+    return subprocess.run([sys.executable, "-m", "agentlab.cli", *args], input=input, capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def test_eval_with_the_expert_writes_the_contract(tmp_path):
+    out = tmp_path / "eval.json"
+    run = agentlab("eval", "--env", "agentlab/GuessNumber-v0", "--policy", "expert", "--episodes", "30",
+                   "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(out.read_text())
+    assert list(doc)[:4] == ["env", "split", "episodes", "success_rate"]
+    assert doc["env"] == "agentlab/GuessNumber-v0" and doc["episodes"] == 30 and doc["policy"] == "expert"
+    assert doc["success_rate"] == 1.0
+    lo, hi = doc["success_ci95"]
+    assert 0.8 < lo < hi == 1.0
+    assert "success 1.000" in run.stdout
+
+
+def test_play_through_stdin_shows_reward_components():
+    run = agentlab("play", "--env", "GuessNumber", "--seed", "0", input="guess(8)\n:q\n")
+    assert run.returncode == 0, run.stderr
+    assert "Find the hidden number between 1 and 16" in run.stdout
+    assert "reward +" in run.stdout and ("consistent" in run.stdout or "correct" in run.stdout)
+
+
+def test_play_expert_hint_invalid_action_and_end_of_input(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(":expert\nhello\nguess(8)\n"))  # then EOF
+    assert main(["play", "--env", "GuessNumber", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "expert: guess(8)" in out
+    assert "Invalid action" in out and "format -0.10" in out and "INVALID" in out
+
+
+def test_play_continues_a_line_ending_in_backslash(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("guess(\\\n8)\n:q\n"))
+    assert main(["play", "--env", "GuessNumber", "--seed", "0"]) == 0
+    assert "valid, tool guess" in capsys.readouterr().out
+
+
+def test_budget_reproduces_the_article_example(capsys):
+    b = compute_budget(prompts=80_000, candidates=8, length=1200, epochs=2, tokens_per_s=2000)
+    assert b.tokens == 80_000 * 8 * 1200 * 2 == 1_536_000_000  # "about 1.5 B tokens"
+    assert b.hours == pytest.approx(1_536_000_000 / 2000 / 3600)
+    assert main(["budget", "--prompts", "80000", "--candidates", "8", "--length", "1200", "--epochs", "2",
+                 "--tokens-per-s", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert "1,536,000,000 tokens (1.54 B)" in out and "213.3 hours" in out
+    with pytest.raises(ValueError, match="candidates"):
+        compute_budget(10, 0, 100)
+
+
+def test_each_subcommand_is_one_entry():
+    parser = build_parser()
+    for name in COMMANDS:
+        assert parser.parse_args([name, *{"budget": ["--prompts", "1", "--candidates", "1", "--length", "1"]}
+                                 .get(name, ["--env", "GuessNumber"])]).command == name
+    assert main([]) == 2

@@ -1,0 +1,138 @@
+"""The loading path: tiny build, from_pretrained round trip, 4-bit, LoRA, reference, errors."""
+
+import bitsandbytes as bnb
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentlab import models
+from agentlab.models import LoraSettings, PolicyLoadError, load_policy
+
+
+def test_profiles_choose_sizes_in_one_place(monkeypatch):
+    monkeypatch.setenv("AGENTLAB_PROFILE", "cpu")
+    assert models.profile().name == "cpu"
+    assert models.profile("ci").rl_updates < models.profile("cpu").rl_updates
+    monkeypatch.setenv("AGENTLAB_MODEL", "/models/x")
+    assert models.profile("gpu").model == "/models/x" and models.profile("gpu").quantization == "4bit"
+    with pytest.raises(ValueError, match="unknown profile"):
+        models.profile("tpu")
+
+
+def test_tiny_build_is_deterministic(tiny_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
+    again = models.build_tiny(models.profile("ci"), verbose=False)
+    assert again != tiny_path and again.name == tiny_path.name  # same recipe, same name
+    a = AutoModelForCausalLM.from_pretrained(tiny_path).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(again).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    text = "search(capital of Oslavia)\nguess(8) 12 is too low"
+    assert AutoTokenizer.from_pretrained(tiny_path)(text)["input_ids"] == \
+        AutoTokenizer.from_pretrained(again)(text)["input_ids"]
+
+
+def test_tiny_build_is_reused_and_sized(tiny_path):
+    assert models.build_tiny(models.profile("ci"), verbose=False) == tiny_path  # cached, not rebuilt
+    policy = load_policy(str(tiny_path))
+    assert 0.3e6 <= policy.num_parameters() <= 3e6
+    tok = policy.tokenizer
+    assert tok.pad_token_id != policy.eot_id and tok.chat_template
+    ids = policy.prompt_ids("sys", "find it")
+    assert tok.decode(ids).endswith("<|assistant|>")
+
+
+def test_round_trip_through_from_pretrained(tiny_path, tmp_path):
+    policy = load_policy(str(tiny_path))
+    policy.save(tmp_path / "copy")
+    again = load_policy(str(tmp_path / "copy"))
+    ids = torch.tensor([policy.prompt_ids("sys", "guess")])
+    mask = torch.ones_like(ids)
+    assert torch.allclose(policy.token_logprobs(ids, mask), again.token_logprobs(ids, mask))
+
+
+def test_4bit_gives_bitsandbytes_linear_layers(tiny_path):
+    policy = load_policy(str(tiny_path), quantization="4bit")
+    layers = [m for m in policy.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers, "no 4-bit layers"
+    assert layers[0].weight.quant_type == "nf4"
+    ids = torch.tensor([policy.prompt_ids("sys", "guess")])
+    assert torch.isfinite(policy.token_logprobs(ids, torch.ones_like(ids))).all()
+
+
+@pytest.mark.parametrize("quantization", [None, "4bit"])
+def test_lora_step_changes_only_the_adapter(tiny_path, quantization):
+    policy = load_policy(str(tiny_path), quantization=quantization, lora=LoraSettings(r=4))
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2)
+    ids = torch.tensor([policy.prompt_ids("sys", "guess") + policy.encode("guess(8)")])
+    for _ in range(2):  # B starts at zero, so A moves only from the second step on
+        loss = -policy.token_logprobs(ids, torch.ones_like(ids)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    after = dict(policy.model.named_parameters())
+    changed = {n for n in before if not torch.equal(before[n], after[n].detach())}
+    assert changed == trainable
+
+
+def test_reference_logprobs_equal_the_base_model(tiny_path):
+    base = load_policy(str(tiny_path))
+    policy = load_policy(str(tiny_path), lora=LoraSettings(r=4))
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))  # a trained adapter: the policy now differs from the base
+    ids = torch.tensor([base.prompt_ids("sys", "guess") + base.encode("guess(8)")])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        assert not torch.allclose(policy.token_logprobs(ids, mask), base.token_logprobs(ids, mask), atol=1e-4)
+        with policy.reference():
+            ref = policy.token_logprobs(ids, mask)
+        assert torch.allclose(ref, base.token_logprobs(ids, mask), atol=1e-6)
+
+
+def test_error_missing_folder():
+    with pytest.raises(PolicyLoadError, match="does not exist"):
+        load_policy("./no/such/model")
+
+
+def test_error_folder_without_config(tmp_path):
+    with pytest.raises(PolicyLoadError, match="no config.json"):
+        load_policy(str(tmp_path))
+
+
+def test_error_hub_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PolicyLoadError, match="unreachable.*local folder"):
+        load_policy("someorg/some-model-that-is-not-here")
+
+
+def test_error_4bit_without_bitsandbytes(tiny_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_bnb(name, *args, **kwargs):
+        if name == "bitsandbytes" or name.startswith("bitsandbytes."):
+            raise ImportError("No module named 'bitsandbytes'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_bnb)
+    with pytest.raises(PolicyLoadError, match="needs bitsandbytes"):
+        load_policy(str(tiny_path), quantization="4bit")
+
+
+def test_error_tokenizer_without_chat_template(tiny_path, tmp_path):
+    policy = load_policy(str(tiny_path))
+    policy.tokenizer.chat_template = None
+    policy.model.save_pretrained(tmp_path)
+    policy.tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(PolicyLoadError, match="no chat template"):
+        load_policy(str(tmp_path))
+
+
+def test_error_unknown_quantization(tiny_path):
+    with pytest.raises(PolicyLoadError, match="quantization"):
+        load_policy(str(tiny_path), quantization="3bit")

@@ -1,0 +1,100 @@
+"""Rollout: token provenance, batching, logprobs, JSONL (the rollout issue's checks)."""
+
+import numpy as np
+import pytest
+import torch
+
+from agentlab.models import load_policy
+from agentlab.rollout import (ACTION, OBSERVATION, PROMPT, SamplingSettings, load_jsonl, make_envs, pad_batch,
+                              rollout, save_jsonl)
+
+ENVS = ["agentlab/GuessNumber-v0", "agentlab/WebSearch-v0", "agentlab/Math-v0"]
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_path):
+    return load_policy(str(tiny_path))
+
+
+@pytest.fixture(scope="module")
+def sampled(policy):
+    envs = make_envs("agentlab/GuessNumber-v0", 6)
+    gen = torch.Generator().manual_seed(0)
+    return rollout(envs, policy, SamplingSettings(temperature=1.0, max_new_tokens=8), seeds=range(6), generator=gen)
+
+
+def test_old_logprobs_equal_a_fresh_forward_pass(policy, sampled):
+    batch = pad_batch(sampled, policy.pad_id)
+    with torch.no_grad():
+        fresh = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1)
+    mask = batch["loss_mask"].bool()
+    assert mask.sum() > 20
+    assert torch.allclose(fresh[mask], batch["old_logp"][mask], atol=1e-4)
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_batched_greedy_equals_one_env_at_a_time(policy, env_id):
+    settings = SamplingSettings(greedy=True, max_new_tokens=10)
+    seeds = list(range(5))
+    batched = rollout(make_envs(env_id, 5), policy, settings, seeds=seeds)
+    for seed, traj in zip(seeds, batched):
+        alone = rollout(make_envs(env_id, 1), policy, settings, seeds=[seed])[0]
+        assert alone.actions == traj.actions
+        assert alone.token_ids == traj.token_ids
+
+
+def test_action_tokens_decode_to_what_the_envs_received(policy, sampled):
+    for traj in sampled:
+        for turn, action in enumerate(traj.actions):
+            toks = traj.action_token_ids(turn)
+            if toks and toks[-1] == policy.eot_id:
+                toks = toks[:-1]
+            assert policy.tokenizer.decode(toks) == action
+
+
+def test_only_action_tokens_carry_loss(policy, sampled):
+    for traj in sampled:
+        assert len(traj.token_ids) == len(traj.roles) == len(traj.logprobs) == len(traj.turn_index)
+        assert traj.roles[0] == PROMPT and set(traj.roles) <= {PROMPT, OBSERVATION, ACTION}
+        for role, m, k, lp in zip(traj.roles, traj.loss_mask, traj.turn_index, traj.logprobs):
+            assert m == (role == ACTION)
+            assert (k >= 0) == (role == ACTION)
+            assert role == ACTION or lp == 0.0
+        # every turn's action tokens are contiguous and in order
+        spans = traj.turn_spans()
+        assert all(a < b <= c for (a, b), (c, _) in zip(spans, spans[1:]))
+
+
+def test_finished_envs_drop_out_and_turns_are_bounded(policy, sampled):
+    for traj in sampled:
+        assert 1 <= traj.num_turns <= 5
+        assert traj.terminated or traj.truncated
+        assert len(traj.rewards) == len(traj.actions) == len(traj.components) == len(traj.infos)
+
+
+def test_an_action_without_end_of_turn_is_invalid(policy):
+    traj = rollout(make_envs("agentlab/GuessNumber-v0", 1), policy, SamplingSettings(max_new_tokens=1),
+                   seeds=[0], generator=torch.Generator().manual_seed(0))[0]
+    cut = [i for i, a in enumerate(traj.action_token_ids(0)) if a != policy.eot_id]
+    if cut:  # one token and not end-of-turn: the turn must count as invalid
+        assert traj.infos[0]["valid"] is False and traj.rewards[0] < 0
+
+
+def test_jsonl_round_trip_is_lossless(sampled, tmp_path):
+    save_jsonl(sampled, tmp_path / "t.jsonl")
+    back = load_jsonl(tmp_path / "t.jsonl")
+    assert [t.to_dict() for t in back] == [t.to_dict() for t in sampled]
+
+
+def test_sampling_is_reproducible_with_a_generator(policy):
+    run = lambda: rollout(make_envs("agentlab/GuessNumber-v0", 3), policy, SamplingSettings(max_new_tokens=8),
+                          seeds=[1, 2, 3], generator=torch.Generator().manual_seed(5))
+    assert [t.token_ids for t in run()] == [t.token_ids for t in run()]
+
+
+def test_observation_tokens_are_the_template_continuation(policy):
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "guess(3)"}, {"role": "user", "content": "3 is too low"}]
+    full = policy.encode(policy.render(msgs, add_generation_prompt=True))
+    built = policy.prompt_ids("S", "U") + policy.encode("guess(3)") + [policy.eot_id] + policy.observation_ids("3 is too low")
+    assert built == full
