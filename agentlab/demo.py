@@ -34,7 +34,7 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
 
     prof = profile(profile_name)
     t0 = time.time()
-    warm_policy_path(prof, progress=progress)  # cached after the first run
+    warm_policy_path(prof, envs=[DEMO_ENV], progress=progress)  # cached after the first run
     t_warm = time.time() - t0
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     cfg = demo_config(prof.name, out_dir)

@@ -163,13 +163,22 @@ def tokenizer_corpus(episodes_per_env: int = 60, seed: int = 0) -> tuple[str, ..
     return tuple(texts)
 
 
-def _recipe(prof: Profile, corpus: tuple[str, ...]) -> dict:
+def _env_source_digest() -> str:
+    """A hash of the envs' source files: the tokenizer corpus is a function of them (and the seed),
+    so this says when the corpus changed without running every env to find out."""
+    env_dir = Path(__file__).resolve().parent / "envs"
+    h = hashlib.sha256()
+    for path in sorted(env_dir.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _recipe(prof: Profile) -> dict:
     import tokenizers
     import transformers
 
-    digest = hashlib.sha256("\x1e".join(corpus).encode()).hexdigest()[:16]
     arch = {k: getattr(prof, k) for k in _TINY_ARCH}
-    return {"arch": arch, "seed": prof.seed, "corpus": digest, "template": CHAT_TEMPLATE, "version": 1,
+    return {"arch": arch, "seed": prof.seed, "envs": _env_source_digest(), "template": CHAT_TEMPLATE, "version": 1,
             "transformers": transformers.__version__.split(".")[0], "tokenizers": tokenizers.__version__}
 
 
@@ -198,22 +207,21 @@ def train_tokenizer(corpus: tuple[str, ...] | list[str], vocab_size: int):
 def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool = True) -> Path:
     """Build (or reuse) the tiny policy for ``prof``; returns its ``save_pretrained`` folder.
 
-    Deterministic: the same recipe (architecture, seed, corpus, library major versions) gives
-    the same tokenizer and weights. The folder name is the recipe's hash, so a changed
+    Deterministic: the same recipe (architecture, seed, the envs' source that the tokenizer's
+    corpus comes from, library versions) gives the same tokenizer and weights. The folder name is the recipe's hash, so a changed
     recipe builds anew and an unchanged one is reused.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     prof = prof or profile()
-    corpus = tokenizer_corpus(seed=prof.seed)
-    recipe = _recipe(prof, corpus)
+    recipe = _recipe(prof)
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"tiny-{key}"
     if out.exists() and (out / "recipe.json").exists() and not force:
         return out
     if verbose:
         print(f"building the tiny policy in {out} ...")
-    tokenizer = train_tokenizer(corpus, prof.vocab_size)
+    tokenizer = train_tokenizer(tokenizer_corpus(seed=prof.seed), prof.vocab_size)
     torch.manual_seed(prof.seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=prof.hidden_size, intermediate_size=prof.intermediate_size,
@@ -253,6 +261,24 @@ class LoraSettings:
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
+
+
+def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None) -> str:
+    """What the profile trains and evaluates: on the tiny profiles the SFT-warmed tiny policy
+    (warmed on ``envs``, built and cached on first use), on ``gpu`` the instruct model."""
+    prof = prof or profile()
+    if prof.model != TINY:
+        return prof.model
+    from agentlab.sft import warm_policy_path
+
+    return str(warm_policy_path(prof, envs=envs))
+
+
+def profile_policy(prof: Profile | None = None, envs: list[str] | str | None = None,
+                   lora: "LoraSettings | bool | None" = None) -> "Policy":
+    """Load the profile's policy (see `profile_policy_source`) with the profile's quantization."""
+    prof = prof or profile()
+    return load_policy(profile_policy_source(prof, envs), quantization=prof.quantization, lora=lora)
 
 
 class PolicyLoadError(RuntimeError):

@@ -82,6 +82,13 @@ class Trajectory:
             spans.append((pos[0], pos[-1] + 1) if pos else (0, 0))
         return spans
 
+    def append_tokens(self, ids: list[int], role: int, turn: int = -1, logprobs: list[float] | None = None) -> None:
+        """Add tokens of one role; action tokens carry their turn and sampling logprobs."""
+        self.token_ids += ids
+        self.roles += [role] * len(ids)
+        self.turn_index += [turn if role == ACTION else -1] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -103,11 +110,11 @@ def load_jsonl(path: str | os.PathLike) -> list[Trajectory]:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
 
 
-def _json_safe(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
     if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, (np.generic,)):
         return x.item()
     if x is None or isinstance(x, (bool, int, float, str)):
@@ -215,9 +222,9 @@ def rollout(
         trajs.append(Trajectory(
             env_id=spec_id, task_id=info.get("task_id", ""), difficulty=int(info.get("difficulty", 0)),
             messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": first}],
-            token_ids=list(ids), roles=[PROMPT] * len(ids), turn_index=[-1] * len(ids),
-            logprobs=[0.0] * len(ids), temperature=1.0 if settings.greedy else settings.temperature,
+            temperature=1.0 if settings.greedy else settings.temperature,
         ))
+        trajs[-1].append_tokens(ids, PROMPT)
         contexts.append(list(ids))
     live = list(range(n))
     while live:
@@ -228,10 +235,7 @@ def rollout(
             turn = traj.num_turns
             finished = bool(toks) and toks[-1] == policy.eot_id
             text = policy.tokenizer.decode(toks[:-1] if finished else toks, skip_special_tokens=False)
-            traj.token_ids += toks
-            traj.roles += [ACTION] * len(toks)
-            traj.turn_index += [turn] * len(toks)
-            traj.logprobs += lps
+            traj.append_tokens(toks, ACTION, turn, lps)
             contexts[i] += toks
             if finished:
                 obs, reward, term, trunc, info = env.step(text)
@@ -243,15 +247,12 @@ def rollout(
             traj.messages.append({"role": "assistant", "content": text})
             traj.rewards.append(float(reward))
             traj.components.append(dict(info.get("reward_components", {})))
-            traj.infos.append(_json_safe(info))
+            traj.infos.append(json_safe(info))
             obs_ids = policy.observation_ids(obs)
             out_of_context = len(contexts[i]) + len(obs_ids) + settings.max_new_tokens > max_context
             if not out_of_context:  # the last observation is kept too: a critic values the state it shows
                 traj.messages.append({"role": "user", "content": obs})
-                traj.token_ids += obs_ids
-                traj.roles += [OBSERVATION] * len(obs_ids)
-                traj.turn_index += [-1] * len(obs_ids)
-                traj.logprobs += [0.0] * len(obs_ids)
+                traj.append_tokens(obs_ids, OBSERVATION)
                 contexts[i] += obs_ids
             if term or trunc or out_of_context:  # out of context ends like a step limit (bootstrapped)
                 traj.terminated, traj.truncated = bool(term), not term
@@ -293,3 +294,6 @@ def pad_batch(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tenso
         turn_index[b, :n] = torch.tensor(t.turn_index)
     return {"ids": ids, "attn": attn, "loss_mask": loss_mask[:, 1:], "old_logp": old_logp[:, 1:],
             "turn_index": turn_index[:, 1:]}
+
+
+_json_safe = json_safe  # old name, still imported by evaluate.py while it is being written

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from agentlab.models import Profile, _atomic_save, build_tiny, cache_dir, load_policy, profile
-from agentlab.rollout import ACTION, OBSERVATION, PROMPT, Trajectory, pad_batch
+from agentlab.rollout import ACTION, OBSERVATION, PROMPT, Trajectory, json_safe, pad_batch
 
 SFT_LEVELS = (0, 0, 1)  # difficulties demonstrated: mostly the lowest, some of the next
 
@@ -34,31 +34,22 @@ def demonstration(policy, env, rng: np.random.Generator, imperfect_share: float,
     obs, info = env.reset(seed=int(rng.integers(2**31)), options={"task": base.generate_task(rng, difficulty)})
     ids = policy.prompt_ids(base.system_prompt, obs)
     traj = Trajectory(env_id=f"agentlab/{base.name}-v0", task_id=info["task_id"], difficulty=difficulty,
-                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}],
-                      token_ids=list(ids), roles=[PROMPT] * len(ids), turn_index=[-1] * len(ids),
-                      logprobs=[0.0] * len(ids))
+                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}])
+    traj.append_tokens(ids, PROMPT)
     while True:
         action = base.imperfect_action(rng) if rng.random() < imperfect_share else base.expert_action()
-        toks = policy.encode(action) + [policy.eot_id]
-        turn = traj.num_turns
-        traj.token_ids += toks
-        traj.roles += [ACTION] * len(toks)
-        traj.turn_index += [turn] * len(toks)
-        traj.logprobs += [0.0] * len(toks)
+        traj.append_tokens(policy.encode(action) + [policy.eot_id], ACTION, turn=traj.num_turns)
         obs, reward, term, trunc, info = env.step(action)
         traj.actions.append(action)
         traj.rewards.append(float(reward))
         traj.components.append(dict(info["reward_components"]))
+        traj.infos.append(json_safe(info))
         traj.messages.append({"role": "assistant", "content": action})
         if term or trunc:
             traj.terminated, traj.truncated, traj.success = term, trunc and not term, bool(info.get("success"))
             return traj
-        obs_ids = policy.observation_ids(obs)
         traj.messages.append({"role": "user", "content": obs})
-        traj.token_ids += obs_ids
-        traj.roles += [OBSERVATION] * len(obs_ids)
-        traj.turn_index += [-1] * len(obs_ids)
-        traj.logprobs += [0.0] * len(obs_ids)
+        traj.append_tokens(policy.observation_ids(obs), OBSERVATION)
 
 
 def demonstrations(policy, env_ids, episodes_per_env: int, imperfect_share: float, seed: int = 0,
@@ -108,28 +99,35 @@ def sft(policy, demos: list[Trajectory], steps: int, batch_size: int, lr: float,
     return losses
 
 
-def warm_policy_path(prof: Profile | None = None, force: bool = False, progress: bool = True) -> Path:
+def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None = None, force: bool = False,
+                     progress: bool = True) -> Path:
     """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
 
-    Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe and the
-    SFT settings, so changing either warms a new one.
+    ``envs``: the env ids demonstrated (one id or a list); None = every env. A policy warmed on
+    one env is cheaper to build (the demo and most notebooks use one); the all-env policy
+    knows every tool. Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny
+    model's recipe, the envs and the SFT settings, so changing any of them warms a new one.
     """
-    from agentlab.envs import ENV_IDS
+    from agentlab.envs import ENV_IDS, env_class
 
     prof = prof or profile()
+    env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
+    env_ids = [e if e in ENV_IDS else f"agentlab/{env_class(e).name}-v0" for e in env_ids]
     base = build_tiny(prof, verbose=progress)
-    episodes = min(300, max(1, prof.sft_steps * prof.sft_batch // (2 * len(ENV_IDS))))
+    episodes = min(300, max(1, prof.sft_steps * prof.sft_batch // (2 * len(env_ids))))
     recipe = {"base": base.name, "steps": prof.sft_steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
               "imperfect": prof.imperfect_share, "episodes": episodes, "levels": SFT_LEVELS, "seed": prof.seed,
-              "envs": ENV_IDS, "version": 1}
+              "envs": env_ids, "version": 1}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"warm-{key}"
     if out.exists() and (out / "sft.json").exists() and not force:
         return out
+    if progress:
+        print(f"warming up the tiny policy on {', '.join(e.split('/')[-1] for e in env_ids)} (cached in {out}) ...")
     torch.manual_seed(prof.seed)
     policy = load_policy(str(base), device="cpu")
     t0 = time.time()
-    demos = demonstrations(policy, ENV_IDS, episodes, prof.imperfect_share, seed=prof.seed)
+    demos = demonstrations(policy, env_ids, episodes, prof.imperfect_share, seed=prof.seed)
     t_demo = time.time() - t0
     losses = sft(policy, demos, prof.sft_steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
     report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
 from agentlab.envs import env_class, make
-from agentlab.models import LoraSettings, Policy, load_policy, profile
+from agentlab.models import LoraSettings, Policy, load_policy, profile, profile_policy_source
 from agentlab.rewards import RewardShaping, shape_group_rewards
 from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
 from agentlab.tasks import load_tasks
@@ -97,15 +97,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
 def load_training_policy(cfg: TrainConfig) -> Policy:
     """The policy to train: a LoRA adapter on the profile's (or the given) base model."""
-    source = cfg.policy
-    if source is None:
-        prof = profile(cfg.profile)
-        if prof.model == "tiny":
-            from agentlab.sft import warm_policy_path
-
-            source = str(warm_policy_path(prof))
-        else:
-            source = prof.model
+    source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id])
     return load_policy(source, quantization=cfg.quantization, lora=LoraSettings(r=cfg.lora_r, alpha=2 * cfg.lora_r))
 
 
@@ -361,6 +353,9 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
         bar.set_postfix(success=f"{record['success_rate']:.2f}", turns=f"{record['mean_turns']:.1f}")
         for cb in callbacks:
             cb(update, record, trajs)
+    for cb in callbacks:
+        if hasattr(cb, "close"):  # e.g. the dashboard draws its final state
+            cb.close()
     policy.save(out_dir / "final")
     return TrainResult(policy=policy, history=history, evals=evals, out_dir=out_dir)
 

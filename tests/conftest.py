@@ -25,8 +25,8 @@ def tiny_path(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def warm_path():
-    """The SFT-warmed tiny policy of the ci profile (cached in AGENTLAB_CACHE across runs)."""
+    """The ci profile's tiny policy warmed on GuessNumber (cached in AGENTLAB_CACHE across runs)."""
     from agentlab import models
     from agentlab.sft import warm_policy_path
 
-    return warm_policy_path(models.profile("ci"), progress=False)
+    return warm_policy_path(models.profile("ci"), envs=["agentlab/GuessNumber-v0"], progress=False)

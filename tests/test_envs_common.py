@@ -120,8 +120,8 @@ HOSTILE = st.one_of(
 
 
 @pytest.mark.parametrize("env_id", IDS)
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(actions=st.lists(HOSTILE, min_size=1, max_size=6))
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=st.lists(HOSTILE, min_size=1, max_size=8))  # ~2,000 strings per env
 def test_fuzz_never_raises(env_id, actions):
     env = agentlab.make(env_id)
     env.reset(seed=0)

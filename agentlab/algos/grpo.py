@@ -67,7 +67,7 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
             entropy = masked_mean(out["entropy"], m)
             loss = pg_loss + s.beta * kl - s.ent_coef * entropy
             stepped, norm = backward_step(loss, params, optimizer, s.max_grad_norm)
-            for k, v in {**stats, "loss": float(loss), "pg_loss": float(pg_loss), "kl": float(kl),
-                         "entropy": float(entropy), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
+            for k, v in {**stats, "loss": loss.item(), "pg_loss": pg_loss.item(), "kl": kl.item(),
+                         "entropy": entropy.item(), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
                 logs.setdefault(k, []).append(v)
     return {**metrics, **{k: sum(v) / len(v) for k, v in logs.items()}}

@@ -108,8 +108,8 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
             if ref_logp is not None:
                 loss = loss + s.beta * kl_to_reference(out["logp"], ref_logp[mb], m)
             stepped, norm = backward_step(loss, params, optimizer, s.max_grad_norm)
-            for k, v in {**stats, "loss": float(loss), "pg_loss": float(pg_loss), "v_loss": float(v_loss),
-                         "entropy": float(entropy), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
+            for k, v in {**stats, "loss": loss.item(), "pg_loss": pg_loss.item(), "v_loss": v_loss.item(),
+                         "entropy": entropy.item(), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
                 logs.setdefault(k, []).append(v)
     ev = explained_variance(values[turns["mask"]], ret[turns["mask"]])
     return {"explained_variance": float(ev), "value_mean": float(values[turns["mask"]].mean()),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import string
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -118,7 +119,8 @@ def parse_action(text: Any, tools: dict[str, str] | list[str]) -> Action:
     thought = stripped[: match.start()].strip()
     if thought.lower().startswith("think:"):
         thought = thought[len("think:"):].strip()
-    return Action(tool=name, arg=body[:close].strip(), thought=thought)
+    # dedent rather than strip alone: code whose first line is indented keeps its structure
+    return Action(tool=name, arg=textwrap.dedent(body[:close].strip("\r\n")).strip(), thought=thought)
 
 
 def echo(text: Any, limit: int = ECHO_CHARS) -> str:

@@ -50,17 +50,17 @@ def load_all() -> dict[str, Exercise]:
     return REGISTRY
 
 
-def check(name: str, answer: Any) -> bool:
-    """Check an answer, print specific feedback, and return whether it is right."""
+def check(name: str, answer: Any) -> None:
+    """Check an answer and print specific feedback (prints only, so a notebook cell shows no
+    stray True/False)."""
     load_all()
     if name not in REGISTRY:
         raise KeyError(f"no exercise {name!r}; known: {sorted(REGISTRY)}")
     if answer is None or answer is Ellipsis:
         print(f"[{name}] not answered yet: {REGISTRY[name].prompt}")
-        return False
+        return
     try:
         feedback = REGISTRY[name].check(answer)
     except Exception as err:  # noqa: BLE001 - the learner's code raised: say so, don't crash the notebook
         feedback = f"your answer raised {type(err).__name__}: {err}"
     print(f"[{name}] correct!" if feedback is None else f"[{name}] not yet: {feedback}")
-    return feedback is None

@@ -1,0 +1,113 @@
+"""Training: policies really improve; kill/resume continues exactly; NaN losses are handled."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from agentlab.algos import grpo, losses
+from agentlab.models import LoraSettings, load_policy
+from agentlab.train import TrainConfig, TrainingDiverged, train
+
+
+def small(tmp_path, name, **kw):
+    """A short run on the ci profile (tiny sizes, fixed seeds)."""
+    base = dict(env_id="agentlab/GuessNumber-v0", profile="ci", name=name, out_dir=str(tmp_path / name),
+                updates=4, tasks_per_update=4, group_size=4, eval_episodes=8, eval_every=100,
+                checkpoint_every=2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def trainable_state(policy):
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_short_training_raises_held_out_greedy_success(tmp_path, warm_path, algo):
+    cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", algo=algo, profile="ci", policy=str(warm_path),
+                      name=algo, out_dir=str(tmp_path / algo), updates=20, eval_every=20, eval_episodes=64)
+    result = train(cfg, progress=False)
+    before, after = result.evals[0]["success_rate"], result.evals[-1]["success_rate"]
+    assert after >= before + 0.15, f"{algo}: greedy held-out success {before:.2f} -> {after:.2f}"
+    lines = (tmp_path / algo / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 20 and "entropy" in json.loads(lines[-1])
+
+
+def test_killed_run_resumes_as_if_never_stopped(tmp_path, warm_path):
+    full = train(small(tmp_path, "full", policy=str(warm_path)), progress=False)
+
+    class Kill(Exception):
+        pass
+
+    def kill_at_3(update, metrics, trajs):
+        if update == 2:  # update index 2 is the third update: the checkpoint after two survives
+            raise Kill
+
+    cfg = small(tmp_path, "killed", policy=str(warm_path))
+    with pytest.raises(Kill):
+        train(cfg, callbacks=[kill_at_3], progress=False)
+    resumed = train(cfg, resume=True, progress=False)
+    volatile = ("tokens_per_s", "seconds_rollout", "seconds_update")
+    strip = lambda h: [{k: v for k, v in r.items() if k not in volatile} for r in h]  # noqa: E731
+    assert strip(resumed.history) == strip(full.history)
+    a, b = trainable_state(full.policy), trainable_state(resumed.policy)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_refuses_to_overwrite_without_flag(tmp_path, warm_path):
+    cfg = small(tmp_path, "twice", policy=str(warm_path), updates=2)
+    train(cfg, progress=False)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        train(cfg, progress=False)
+
+
+def test_one_nan_loss_is_skipped_with_a_warning(tmp_path, warm_path, monkeypatch):
+    real = losses.clipped_surrogate
+    calls = {"n": 0}
+
+    def nan_once(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan"), stats) if calls["n"] == 1 else (loss, stats)
+
+    monkeypatch.setattr(grpo, "clipped_surrogate", nan_once)
+    policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
+    before = trainable_state(policy)
+    with pytest.warns(UserWarning, match="NaN or infinite"):
+        result = train(small(tmp_path, "nan1", updates=1), progress=False, policy=policy)
+    assert result.history[0]["nonfinite"] == 1.0
+    after = trainable_state(result.policy)
+    assert all(torch.equal(before[k], after[k]) for k in before), "a NaN update must not change weights"
+    assert all(torch.isfinite(p).all() for p in after.values())
+
+
+def test_nan_losses_in_a_row_stop_with_a_clear_message(tmp_path, warm_path, monkeypatch):
+    def always_nan(*args, **kwargs):
+        loss, stats = losses.clipped_surrogate(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(grpo, "clipped_surrogate", always_nan)
+    with pytest.warns(UserWarning), pytest.raises(TrainingDiverged, match="Lower the learning rate"):
+        train(small(tmp_path, "nan3", policy=str(warm_path), updates=5, max_bad_updates=3), progress=False)
+
+
+def test_4bit_lora_training_runs_on_cpu(tmp_path, warm_path):
+    import bitsandbytes as bnb
+
+    cfg = small(tmp_path, "q4", policy=str(warm_path), quantization="4bit", updates=2)
+    result = train(cfg, progress=False)
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in result.policy.model.modules())
+    moved = [n for n, p in result.policy.model.named_parameters() if p.requires_grad and p.abs().sum() > 0
+             and "lora_B" in n]
+    assert moved, "the LoRA B matrices start at zero and must have moved"
+    assert (tmp_path / "q4" / "final" / "adapter_config.json").exists()
+
+
+def test_config_rejects_unknown_algo_and_env(tmp_path):
+    with pytest.raises(ValueError, match="algo"):
+        train(dataclasses.replace(small(tmp_path, "x"), algo="dqn"), progress=False)
+    with pytest.raises(KeyError, match="unknown environment"):
+        train(dataclasses.replace(small(tmp_path, "y"), env_id="agentlab/Nope-v0"), progress=False)
