@@ -1,4 +1,4 @@
-# agentlab: `make demo`, `make test`, `make lab`, `make bench`. Each creates .venv when needed
+# agentlab: `make demo`, `make test`, `make lab`. Each creates .venv when needed
 # (torch==2.13.0 first, then the rest at the versions pinned in constraints.txt) and reuses it.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install demo test test-unit test-notebooks test-browser lab bench strip clean
+.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,8 @@ test-browser: install
 lab: install
 	$(BIN)/jupyter lab notebooks
 
-bench: install
-	$(BIN)/python -m bench.run
-
 strip: install
-	$(BIN)/nbstripout notebooks/*.ipynb tests/browser/*.ipynb
+	$(BIN)/nbstripout notebooks/*.ipynb drafts/notebooks/*.ipynb tests/browser/*.ipynb
 
 clean:
 	rm -rf $(VENV) .cache runs

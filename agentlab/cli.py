@@ -1,8 +1,10 @@
-"""The `agentlab` command: evaluate a policy, play an env yourself, size a training run.
+"""The `agentlab` command: evaluate a policy, play an env yourself, size and run training.
 
     agentlab eval --env GuessNumber --policy expert --json out.json
     agentlab play --env Maze --seed 3
     agentlab budget --prompts 80000 --candidates 8 --length 1200 --epochs 2
+    agentlab train --env GuessNumber --algo grpo --profile ci --steps 30 --out runs/g
+    agentlab demo --profile ci --json runs/demo/demo.json
 
 Each subcommand is a pair of functions, ``setup_<name>(parser)`` adding its arguments and
 ``run_<name>(args) -> exit code``, listed once in `COMMANDS`; the first line of the run
@@ -178,6 +180,50 @@ def run_budget(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- train and demo
+
+def setup_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default="agentlab/GuessNumber-v0", help="env id, e.g. agentlab/WebSearch-v0")
+    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"])
+    p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
+    p.add_argument("--steps", type=int, default=None, help="number of updates; default: the profile's")
+    p.add_argument("--difficulty", type=int, default=0)
+    p.add_argument("--policy", default=None, help="model folder or hub id; default: the profile's")
+    p.add_argument("--out", default=None, help="run folder; default: runs/<env>-<algo>")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train a policy with GRPO or PPO; metrics, checkpoints and the adapter go to --out."""
+    from agentlab.envs import env_class
+    from agentlab.train import TrainConfig, train
+
+    name = f"{env_class(args.env).name.lower()}-{args.algo}"
+    cfg = TrainConfig(env_id=args.env if "/" in args.env else f"agentlab/{args.env}-v0", algo=args.algo,
+                      profile=args.profile, updates=args.steps, difficulty=args.difficulty, policy=args.policy,
+                      name=name, out_dir=args.out or f"runs/{name}", seed=args.seed)
+    result = train(cfg, resume=args.resume)
+    first, last = result.evals[0], result.evals[-1]
+    print(f"greedy held-out success: {first['success_rate']:.2f} (update {first['update']}) -> "
+          f"{last['success_rate']:.2f} (update {last['update']}); run folder {result.out_dir}")
+    return 0
+
+
+def setup_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
+    p.add_argument("--json", default=None, help="write the before/after summary here")
+    p.add_argument("--out", default="runs/demo", help="run folder")
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Warm up the tiny policy, train it with GRPO, and show success before and after."""
+    from agentlab.demo import run_demo as demo
+
+    demo(args.profile, args.json, args.out)
+    return 0
+
+
 # ---------------------------------------------------------------------------- the command
 
 # name -> (add the arguments, run). To add a subcommand, write the two functions and a line here.
@@ -185,6 +231,8 @@ COMMANDS = {
     "eval": (setup_eval, run_eval),
     "play": (setup_play, run_play),
     "budget": (setup_budget, run_budget),
+    "train": (setup_train, run_train),
+    "demo": (setup_demo, run_demo),
 }
 
 

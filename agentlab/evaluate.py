@@ -35,7 +35,7 @@ from agentlab.envs import env_class, make
 from agentlab.envs.base import echo
 from agentlab.metrics import pass_at_k as unbiased_pass_at_k
 from agentlab.metrics import step_level_rates, wilson_interval
-from agentlab.rollout import SamplingSettings, Trajectory, _json_safe, make_envs, rollout
+from agentlab.rollout import SamplingSettings, Trajectory, json_safe, make_envs, rollout
 from agentlab.tasks import Task, load_tasks
 
 Verifier = Callable[[Trajectory], float]  # a score per trajectory; the highest is picked
@@ -375,7 +375,7 @@ def _expert_episode(env, task: Task, seed: int) -> Trajectory:
         traj.messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
         traj.rewards.append(float(reward))
         traj.components.append(dict(info["reward_components"]))
-        traj.infos.append(_json_safe(info))
+        traj.infos.append(json_safe(info))
         if term or trunc:
             traj.terminated, traj.truncated, traj.success = bool(term), bool(trunc), bool(info["success"])
             return traj

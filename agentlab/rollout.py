@@ -295,5 +295,3 @@ def pad_batch(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tenso
     return {"ids": ids, "attn": attn, "loss_mask": loss_mask[:, 1:], "old_logp": old_logp[:, 1:],
             "turn_index": turn_index[:, 1:]}
 
-
-_json_safe = json_safe  # old name, still imported by evaluate.py while it is being written

@@ -131,12 +131,21 @@ def max_steps_at(cfg: TrainConfig, update: int) -> int | None:
 
 
 def eval_tasks(cfg: TrainConfig) -> list:
-    """Held-out tasks at the training difficulty levels (cycled up to ``eval_episodes``)."""
+    """Up to ``eval_episodes`` distinct held-out tasks at the training difficulty levels.
+
+    Greedy decoding on a repeated task repeats the same episode, so tasks are never cycled:
+    the interval is computed over distinct tasks only (GuessNumber's easiest level has 16).
+    """
     levels = set(cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty])
-    tasks = [t for t in load_tasks(env_class(cfg.env_id).task_file(), "eval") if t.difficulty in levels]
+    tasks, seen = [], set()
+    for t in load_tasks(env_class(cfg.env_id).task_file(), "eval"):
+        key = (t.query, json.dumps(t.answer), json.dumps(t.data, sort_keys=True))
+        if t.difficulty in levels and key not in seen:
+            seen.add(key)
+            tasks.append(t)
     if not tasks:
         raise ValueError(f"{cfg.env_id}: the eval split has no task at difficulty {sorted(levels)}")
-    return [tasks[i % len(tasks)] for i in range(cfg.eval_episodes)]
+    return tasks[: cfg.eval_episodes]
 
 
 def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | None = None) -> dict:

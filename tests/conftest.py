@@ -1,4 +1,4 @@
-"""Shared fixtures. The tiny policy is built once per test session into a temporary cache."""
+"""Shared fixtures: the tiny policies, built once into AGENTLAB_CACHE (make sets .cache/agentlab)."""
 
 import os
 
@@ -8,19 +8,11 @@ os.environ.setdefault("AGENTLAB_PROFILE", "ci")
 
 
 @pytest.fixture(scope="session")
-def tiny_path(tmp_path_factory):
-    """The untrained tiny policy, built into a fresh cache for this session."""
+def tiny_path():
+    """The untrained tiny policy (built on first use into AGENTLAB_CACHE, then reused)."""
     from agentlab import models
 
-    old = os.environ.get("AGENTLAB_CACHE")
-    os.environ["AGENTLAB_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    try:
-        yield models.build_tiny(models.profile("ci"), verbose=False)
-    finally:
-        if old is None:
-            os.environ.pop("AGENTLAB_CACHE", None)
-        else:
-            os.environ["AGENTLAB_CACHE"] = old
+    return models.build_tiny(models.profile("ci"), verbose=False)
 
 
 @pytest.fixture(scope="session")
