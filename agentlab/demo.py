@@ -21,14 +21,15 @@ from agentlab.train import TrainConfig, train
 DEMO_ENV = "agentlab/GuessNumber-v0"
 
 
-def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo") -> TrainConfig:
+def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None) -> TrainConfig:
     prof = profile(profile_name)
-    return TrainConfig(env_id=DEMO_ENV, algo="grpo", profile=prof.name, difficulty=0, name="demo",
-                       out_dir=out_dir, eval_every=max(5, prof.rl_updates // 4), checkpoint_every=10)
+    updates = updates or prof.rl_updates
+    return TrainConfig(env_id=DEMO_ENV, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
+                       out_dir=out_dir, eval_every=max(5, updates // 4), checkpoint_every=10)
 
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
-             progress: bool = True) -> dict:
+             progress: bool = True, updates: int | None = None) -> dict:
     """Train the demo and return (and optionally write) the DESIGN.md demo JSON."""
     from agentlab.sft import warm_policy_path
 
@@ -37,7 +38,7 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     warm_policy_path(prof, envs=[DEMO_ENV], progress=progress)  # cached after the first run
     t_warm = time.time() - t0
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
-    cfg = demo_config(prof.name, out_dir)
+    cfg = demo_config(prof.name, out_dir, updates)
     t1 = time.time()
     result = train(cfg, progress=progress)
     seconds = time.time() - t1

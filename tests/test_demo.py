@@ -1,0 +1,21 @@
+"""`agentlab demo` writes the JSON of DESIGN.md, a plot and a report (a short run)."""
+
+import json
+
+from agentlab.demo import run_demo
+
+
+def test_demo_writes_the_contract(tmp_path, warm_path, capsys):
+    path = tmp_path / "demo.json"
+    summary = run_demo("ci", str(path), str(tmp_path / "demo"), updates=2)
+    doc = json.loads(path.read_text())
+    assert doc == json.loads(json.dumps(summary))
+    assert {"env", "algo", "profile", "seconds", "eval_episodes", "before", "after"} <= set(doc)
+    assert doc["env"] == "agentlab/GuessNumber-v0" and doc["algo"] == "grpo" and doc["profile"] == "ci"
+    for side in ("before", "after"):
+        rate = doc[side]["success_rate"]
+        lo, hi = doc[side]["success_ci95"]
+        assert 0.0 <= lo <= rate <= hi <= 1.0
+    assert doc["updates"] == 2 and (tmp_path / "demo" / "demo.png").stat().st_size > 1000
+    out = capsys.readouterr().out
+    assert "greedy success" in out and "guess(" in out
