@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean
+.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ test-notebooks: install
 test-browser: install
 	bash tests/browser/install.sh
 	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests/browser
+
+bench: install
+	$(BIN)/python -m bench.run
 
 lab: install
 	$(BIN)/jupyter lab notebooks

@@ -60,7 +60,7 @@ class Profile:
     sft_steps: int
     sft_batch: int
     sft_lr: float
-    imperfect_share: float  # fraction of demonstration actions from the biased demonstrator
+    imperfect_share: float  # fraction of demonstration episodes acted by the biased demonstrator
     # RL
     rl_updates: int
     tasks_per_update: int

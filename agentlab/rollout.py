@@ -134,32 +134,63 @@ class SamplingSettings:
     greedy: bool = False
 
 
-@torch.no_grad()
-def sample_actions(policy, contexts: list[list[int]], settings: SamplingSettings,
-                   generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one action per context, in one batch, with a KV cache inside the turn.
+class _Decoder:
+    """The batch's KV cache, kept across turns.
 
-    Contexts are left-padded so every row ends where its action starts. Returns the sampled
-    token ids (ending with end-of-turn unless the token limit came first) and the logprob of
-    each under the policy at ``settings.temperature``.
+    Each turn feeds the model only what is new since the last one (the end of the previous
+    action and the observation after it) instead of re-reading the whole history. Rows are
+    left-padded per chunk, so a row's cache has masked holes; position ids count only a row's
+    real tokens, so every row sees exactly the positions a fresh pass over its history gives.
     """
-    model, device = policy.model, policy.device
-    B, L = len(contexts), max(len(c) for c in contexts)
-    ids = torch.full((B, L), policy.pad_id, dtype=torch.long)
-    mask = torch.zeros((B, L), dtype=torch.long)
-    for b, ctx in enumerate(contexts):
-        ids[b, L - len(ctx):] = torch.tensor(ctx)
-        mask[b, L - len(ctx):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1]  # (B, V)
-    next_pos = pos[:, -1:] + 1  # (B, 1)
+
+    def __init__(self, policy):
+        self.policy, self.past, self.mask = policy, None, None  # mask (B, L): 1 on real cached tokens
+
+    def extend(self, chunks: list[list[int]]) -> torch.Tensor:
+        """Append each row's new tokens; return the next-token logits after them, (B, V)."""
+        device, width = self.policy.device, max(len(c) for c in chunks)
+        ids = torch.full((len(chunks), width), self.policy.pad_id, dtype=torch.long)
+        new = torch.zeros((len(chunks), width), dtype=torch.long)
+        for b, chunk in enumerate(chunks):
+            if chunk:
+                ids[b, width - len(chunk):] = torch.tensor(chunk)
+                new[b, width - len(chunk):] = 1
+        return self._forward(ids.to(device), new.to(device))
+
+    def step(self, tokens: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """Feed one sampled token per row (B,); rows not ``alive`` are masked out."""
+        return self._forward(tokens[:, None], alive.long()[:, None])
+
+    def _forward(self, ids: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        seen = torch.zeros_like(new[:, :1]) if self.mask is None else self.mask.sum(-1, keepdim=True)
+        pos = (seen + new.cumsum(-1) - 1).clamp(min=0)  # (B, C) positions among the row's real tokens
+        mask = new if self.mask is None else torch.cat([self.mask, new], dim=1)
+        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                past_key_values=self.past, use_cache=True)
+        self.past, self.mask = out.past_key_values, mask
+        return out.logits[:, -1]
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only these rows (the envs still playing), in this order."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        for layer in self.past.layers:
+            layer.batch_select_indices(idx)
+        self.mask = self.mask[idx]
+
+
+@torch.no_grad()
+def _sample_turn(decoder: _Decoder, logits: torch.Tensor, settings: SamplingSettings, eot_id: int,
+                 generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]], list[int]]:
+    """Sample one action per row from ``logits`` onwards. Returns the tokens (ending with
+    end-of-turn unless the limit came first), their logprobs at ``settings.temperature``, and how
+    many of each row's tokens were fed into the cache (the rest start the next turn's chunk)."""
+    B, device = logits.shape[0], logits.device
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens: list[list[int]] = [[] for _ in range(B)]
     logps: list[list[float]] = [[] for _ in range(B)]
+    fed = [0] * B
     temperature = 1.0 if settings.greedy else settings.temperature
-    for _ in range(settings.max_new_tokens):
+    for step in range(settings.max_new_tokens):
         logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
         if settings.greedy:
             tok = logp_all.argmax(-1)
@@ -167,16 +198,27 @@ def sample_actions(policy, contexts: list[list[int]], settings: SamplingSettings
             probs = _top_p(logp_all.exp(), settings.top_p)
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
         lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
-        for b in (~done).nonzero().flatten().tolist():
+        alive = ~done
+        for b in alive.nonzero().flatten().tolist():
             tokens[b].append(int(tok[b]))
             logps[b].append(float(lp[b]))
-        done |= tok == policy.eot_id
-        if bool(done.all()):
+        done = done | (tok == eot_id)
+        if bool(done.all()) or step == settings.max_new_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos,
-                    past_key_values=past, use_cache=True)
-        past, logits, next_pos = out.past_key_values, out.logits[:, -1], next_pos + 1
+        logits = decoder.step(tok, alive)
+        for b in alive.nonzero().flatten().tolist():
+            fed[b] += 1
+    return tokens, logps, fed
+
+
+def sample_actions(policy, contexts: list[list[int]], settings: SamplingSettings,
+                   generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]]]:
+    """Sample one action per context, in one batch (a single turn; `rollout` keeps the cache
+    across turns). Returns the sampled token ids and the logprob of each."""
+    decoder = _Decoder(policy)
+    with torch.no_grad():
+        logits = decoder.extend([list(c) for c in contexts])
+    tokens, logps, _ = _sample_turn(decoder, logits, settings, policy.eot_id, generator)
     return tokens, logps
 
 
@@ -227,10 +269,13 @@ def rollout(
         trajs[-1].append_tokens(ids, PROMPT)
         contexts.append(list(ids))
     live = list(range(n))
+    decoder = _Decoder(policy)
+    with torch.no_grad():
+        logits = decoder.extend(contexts)
     while live:
-        new_tokens, new_logps = sample_actions(policy, [contexts[i] for i in live], settings, generator)
-        still = []
-        for i, toks, lps in zip(live, new_tokens, new_logps):
+        new_tokens, new_logps, fed = _sample_turn(decoder, logits, settings, policy.eot_id, generator)
+        still, chunks = [], []
+        for row, (i, toks, lps) in enumerate(zip(live, new_tokens, new_logps)):
             traj, env = trajs[i], envs[i]
             turn = traj.num_turns
             finished = bool(toks) and toks[-1] == policy.eot_id
@@ -258,8 +303,13 @@ def rollout(
                 traj.terminated, traj.truncated = bool(term), not term
                 traj.success = bool(info.get("success", False)) if term else False
                 continue
-            still.append(i)
-        live = still
+            still.append((row, i))
+            chunks.append(toks[fed[row]:] + obs_ids)  # what the cache has not seen yet
+        live = [i for _, i in still]
+        if live:
+            decoder.keep([row for row, _ in still])
+            with torch.no_grad():
+                logits = decoder.extend(chunks)
     return trajs
 
 

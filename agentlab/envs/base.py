@@ -160,6 +160,7 @@ class TextEnv(gym.Env):
     default_max_steps: ClassVar[int] = 8
     max_difficulty: ClassVar[int] = 3
     example_action: ClassVar[str] = ""
+    sft_levels: ClassVar[tuple[int, ...]] = (0, 0, 1)  # difficulties the SFT warm-up demonstrates, cycled
 
     def __init__(
         self,

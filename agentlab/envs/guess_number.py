@@ -9,8 +9,10 @@ Actions:
     ``guess(n)`` with a whole number n.
 
 Observations:
-    The task ("Find the hidden number between 1 and 16 ...") then, after each guess,
-    whether the hidden number is higher or lower, and the guesses left.
+    The task ("Find the hidden number between 1 and 16 ...") then, after each guess, "n is
+    too low." or "n is too high." and the guesses left. One word tells the two apart: an
+    earlier wording held both "low" and "high" in each reply ("too low: higher"), and the
+    tiny policy never learned to read it.
 
 Rewards (components):
     ``correct`` (outcome, +1.0) when the number is found; ``consistent`` (process, +0.1) for a
@@ -55,6 +57,7 @@ class GuessNumberEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "guess(8)"
+    sft_levels = (0,)  # the warm-up demonstrates 1..16 only: random offsets (level 1+) need arithmetic the tiny model lacks
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         size, steps = LEVELS[int(np.clip(difficulty, 0, self.max_difficulty))]
@@ -91,9 +94,9 @@ class GuessNumberEnv(TextEnv):
             return Outcome(f"{n} is correct!", components, terminated=True, success=True, checks=checks)
         if n < target:
             self.lo = max(self.lo, n + 1)
-            return Outcome(f"{n} is too low: higher. {left} left.", components, checks=checks)
+            return Outcome(f"{n} is too low. {left} left.", components, checks=checks)
         self.hi = min(self.hi, n - 1)
-        return Outcome(f"{n} is too high: lower. {left} left.", components, checks=checks)
+        return Outcome(f"{n} is too high. {left} left.", components, checks=checks)
 
     def paraphrase(self, task: Task, rng: np.random.Generator) -> Task:
         text = PARAPHRASES[int(rng.integers(len(PARAPHRASES)))]

@@ -1,0 +1,152 @@
+"""Pieces every benchmark shares: the tiny policy, fixed-length sampling, timing, tables, profiles.
+
+Each comparison module exposes ``run(quick: bool) -> str``, which measures both sides and
+returns a markdown section for RESULTS.md (it also prints its table as it goes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+SEED = 0
+NO_EOT_LOGIT = -1e4  # far below every real logit, yet finite: exp() gives 0 and 0 * logit stays 0 (entropy)
+
+
+def go_offline() -> None:
+    """No hub is reachable where the benchmarks run: make every library fail fast instead of retrying."""
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ.setdefault(key, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def repeats(quick: bool) -> int:
+    """Timed repetitions per measurement: medians over 3 (1 with --quick)."""
+    return 1 if quick else 3
+
+
+def tiny_path() -> str:
+    """The tiny base model of the ``ci`` profile (untrained: fine for throughput), built once and cached."""
+    from agentlab.models import build_tiny, profile
+
+    return str(build_tiny(profile("ci"), verbose=False))
+
+
+# ---------------------------------------------------------------------------- equal lengths
+
+@contextlib.contextmanager
+def without_end_of_turn(model: torch.nn.Module, eot_id: int):
+    """Inside this block ``model`` never ends a turn: its end-of-turn logit is pushed to -1e4.
+
+    Both sides of a comparison then generate exactly ``max_new_tokens`` per turn, so they do
+    the same work whatever the untrained model would have sampled. This is what
+    ``generate(min_new_tokens=...)`` does, applied at the output layer so that agentlab's
+    sampler (which has no such option) sees it too.
+    """
+    head = model.get_output_embeddings()
+
+    def hook(_module, _inputs, logits):
+        return logits.index_fill(-1, torch.tensor([eot_id], device=logits.device), NO_EOT_LOGIT)
+
+    handle = head.register_forward_hook(hook)
+    try:
+        yield model
+    finally:
+        handle.remove()
+
+
+# ---------------------------------------------------------------------------- timing
+
+def seconds(fn: Callable, *args, **kwargs) -> tuple[float, object]:
+    """Wall-clock seconds of one call, and its result."""
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - start, out
+
+
+def median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def progress(iterable, desc: str, total: int | None = None):
+    """A tqdm bar on stderr (the tables go to stdout)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+# ---------------------------------------------------------------------------- markdown
+
+def table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A markdown table; floats keep 3 significant digits (more for big numbers)."""
+    def cell(x) -> str:
+        if isinstance(x, float):
+            return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+        return str(x)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def verdict(what: str, value: float, goal: float) -> str:
+    """One line: the measured ratio against its goal, and by how much it is met or missed."""
+    if value >= goal:
+        return f"**Goal met**: {what} is {value:.1f}x (goal >= {goal:g}x)."
+    return (f"**Goal missed**: {what} is {value:.2f}x, short of the {goal:g}x goal by "
+            f"{goal - value:.2f}x ({100 * (1 - value / goal):.0f}% below).")
+
+
+# ---------------------------------------------------------------------------- where the time goes
+
+def profile_stats(fn: Callable) -> pstats.Stats:
+    """Run ``fn`` once under cProfile and return the statistics."""
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        fn()
+    finally:
+        prof.disable()
+    return pstats.Stats(prof, stream=io.StringIO())
+
+
+def cumulative(stats: pstats.Stats, path_part: str, name: str) -> float:
+    """Cumulative seconds spent in function ``name`` defined in a file whose path contains ``path_part``
+    (outermost calls only: cProfile does not count a recursive call twice)."""
+    return sum(row[3] for (path, _, fn), row in stats.stats.items() if fn == name and path_part in path)
+
+
+def cprofile_top(fn: Callable, n: int = 12) -> str:
+    """Run ``fn`` once under cProfile; the ``n`` functions with the most self time, as a table."""
+    stats = profile_stats(fn)
+    total = sum(row[2] for row in stats.stats.values())  # total self time
+    rows = []
+    for (path, line, name), (_, ncalls, tottime, cumtime, _) in sorted(
+            stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:n]:
+        where = f"{os.path.basename(path)}:{line}" if line else path
+        rows.append([f"`{name}` ({where})", ncalls, tottime, cumtime, f"{100 * tottime / max(total, 1e-12):.0f}%"])
+    return table(["function", "calls", "self s", "cumulative s", "share of self time"], rows)
+
+
+def torch_profile_top(fn: Callable, n: int = 10) -> str:
+    """Run ``fn`` once under the torch profiler; the ``n`` ops with the most self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=n, max_name_column_width=40)
+    return "```\n" + text.strip() + "\n```"
+
+
+def breakdown(fn: Callable, label: str) -> str:
+    """Markdown: where one run of ``fn`` spends its time (Python functions, then torch ops)."""
+    return (f"Where the time goes in one {label} (cProfile, by self time):\n\n{cprofile_top(fn)}\n\n"
+            f"Torch ops (torch.profiler, by self CPU time):\n\n{torch_profile_top(fn)}\n")
