@@ -86,13 +86,13 @@ _PROFILES = {
     "ci": Profile(
         name="ci", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
         sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
-        rl_updates=30, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        rl_updates=12, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=100,
     ),
     "cpu": Profile(
         name="cpu", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
         sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
-        rl_updates=120, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        rl_updates=40, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=200,
     ),
     "gpu": Profile(

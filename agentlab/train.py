@@ -341,6 +341,9 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
                   "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
                   "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
                   "seconds_update": t2 - t1}
+        if 0.0 < stats.get("nonfinite", 0.0) < 1.0:
+            warnings.warn(f"update {update}: {stats['nonfinite']:.0%} of its gradient steps had a NaN or infinite "
+                          "loss and were skipped")
         if stats.get("nonfinite", 0.0) >= 1.0:
             bad_in_a_row += 1
             warnings.warn(f"update {update}: the loss was NaN or infinite; the update was skipped")

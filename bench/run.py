@@ -37,6 +37,7 @@ SECTIONS = {
     "grpo": ("GRPO step: agentlab vs TRL's `GRPOTrainer`", "bench.grpo_vs_trl"),
     "gae": ("GAE: vectorised `gae` vs Python loops", "bench.gae"),
     "memory": ("Memory: the demo's peak RSS, and fp32 vs 4-bit weights", "bench.memory"),
+    "dashboard": ("The live dashboard's share of the training loop", "bench.dashboard"),
     "notebooks": ("The notebook suite on the `ci` profile", "bench.notebooks"),
 }
 GPU_HEADING = "\n## GPU: "

@@ -1,4 +1,4 @@
-"""agentlab inside TRL's GRPOTrainer, and trajectories as 🤗 datasets (the TRL issue's checks).
+"""agentlab inside TRL's GRPOTrainer, and trajectories as Hugging Face datasets (the TRL issue's checks).
 
 Runs on the CPU with the untrained tiny model and no network. The untrained model writes no
 valid action, so these tests check where TRL's rewards come from, not that anything learns.
@@ -215,7 +215,7 @@ def test_tool_environment_plays_an_episode_through_tool_calls():
 
     episode = Tools()
     assert episode.reset(task=json.dumps(GUESS_8.to_dict()), prompt=[], task_id="guess-8") is None
-    assert "higher" in episode.guess("4")
+    assert "too low" in episode.guess("4")
     assert "correct" in episode.guess(8)
     assert "over" in episode.guess("9")  # nothing is paid after the end
     funcs = reward_funcs(GUESS)

@@ -11,6 +11,10 @@ so the reference costs one extra forward pass and no second model. At the first 
 adapter is zero, π_θ = π_ref, the ratio is 1 and the KL is 0: the loss starts at about
 −mean(A) ≈ 0, which is why "the loss is zero" at the start is expected, not a bug.
 
+Each update takes several small steps (two passes over minibatches of 32 episodes): measured on
+the tiny policy, one pass in minibatches of 64 moved it three to four times slower, while the
+clipped ratio keeps the extra steps close to the sampling policy.
+
 A group whose episodes all got the same reward has A = 0 everywhere and gives no gradient;
 such groups are dropped from the backward pass and their share is logged (``zero_var_frac``).
 """
@@ -34,8 +38,8 @@ class GRPOSettings:
     clip_coef: float = 0.2  # ε of the clipped surrogate
     beta: float = 0.04  # KL weight to the reference [0.01, 0.1]
     ent_coef: float = 0.0  # entropy bonus weight
-    epochs: int = 1  # passes over the batch per update
-    minibatch_size: int = 64  # episodes per gradient step
+    epochs: int = 2  # passes over the batch per update
+    minibatch_size: int = 32  # episodes per gradient step (2 passes x 128 episodes / 32 = 8 steps per update)
     max_grad_norm: float = 1.0  # gradient clipping
     adv_scale: str = "group"  # "group" (divide by the group's std), "batch" or "none"
     drop_zero_variance: bool = True  # skip groups whose rewards are all equal

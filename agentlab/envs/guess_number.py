@@ -10,9 +10,11 @@ Actions:
 
 Observations:
     The task ("Find the hidden number between 1 and 16 ...") then, after each guess, "n is
-    too low." or "n is too high." and the guesses left. One word tells the two apart: an
-    earlier wording held both "low" and "high" in each reply ("too low: higher"), and the
-    tiny policy never learned to read it.
+    too low" or "n is too high", the range still possible ("it is between 9 and 16") and the
+    guesses left. Stating the range makes each good guess a function of the last observation
+    alone; without it the tiny CPU policy had to combine every earlier reply and, measured,
+    never learned to (its bisection after a first guess of 8 succeeded 0.47 of the time, with
+    the range 0.67).
 
 Rewards (components):
     ``correct`` (outcome, +1.0) when the number is found; ``consistent`` (process, +0.1) for a
@@ -94,9 +96,9 @@ class GuessNumberEnv(TextEnv):
             return Outcome(f"{n} is correct!", components, terminated=True, success=True, checks=checks)
         if n < target:
             self.lo = max(self.lo, n + 1)
-            return Outcome(f"{n} is too low. {left} left.", components, checks=checks)
+            return Outcome(f"{n} is too low: it is between {self.lo} and {self.hi}. {left} left.", components, checks=checks)
         self.hi = min(self.hi, n - 1)
-        return Outcome(f"{n} is too high. {left} left.", components, checks=checks)
+        return Outcome(f"{n} is too high: it is between {self.lo} and {self.hi}. {left} left.", components, checks=checks)
 
     def paraphrase(self, task: Task, rng: np.random.Generator) -> Task:
         text = PARAPHRASES[int(rng.integers(len(PARAPHRASES)))]

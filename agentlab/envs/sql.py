@@ -50,6 +50,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import weakref
 import time
 from collections import Counter
 
@@ -270,6 +271,8 @@ class SQLEnv(TextEnv):
         self.time_budget_s = time_budget_s
         self.max_rows = max_rows
         self._dir = tempfile.mkdtemp(prefix="agentlab-sql-")
+        # removed on close(), or when the env is garbage-collected (safe at interpreter exit, unlike __del__)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         self.db_path = os.path.join(self._dir, "shop.db")
         self._built: tuple | None = None
         self._conn: sqlite3.Connection | None = None
@@ -415,9 +418,6 @@ class SQLEnv(TextEnv):
         shutil.rmtree(self._dir, ignore_errors=True)
         self._built = None
         super().close()
-
-    def __del__(self):
-        shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True) if getattr(self, "_dir", None) else None
 
     # -- demonstrators -------------------------------------------------------------------------
     def expert_action(self) -> str:

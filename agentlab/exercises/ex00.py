@@ -72,3 +72,78 @@ def check_trainable_fraction(trainable_fraction) -> str | None:
             return f"on '{what}' you returned the frozen share {got:.4f}; the trainable share is {want:.4f}."
         return f"on '{what}' the trainable share is {want:.4f}, you returned {float(got):.4f}."
     return None
+
+
+# ---------------------------------------------------------------------------- 00.guesses_needed
+
+# range sizes n: GuessNumber's levels first (the feedback then speaks of a game the learner saw),
+# then the edges: 1, 2, powers of two and their neighbours
+_SIZES = [16, 32, 100, 1000, 1, 2, 3, 4, 7, 8, 15, 17, 31, 33, 127, 128, 1023, 1024, 10**6]
+
+
+def _reference_guesses(n: int) -> int:
+    """Bisection: each "higher"/"lower" answer leaves at most half of the n − 1 other numbers,
+    so k guesses can always tell apart 2^k − 1 numbers; the answer is the smallest k with 2^k − 1 ≥ n."""
+    return int(n).bit_length()
+
+
+def _guesses_log2(n):
+    return math.ceil(math.log2(n))
+
+
+def _guesses_halving(n):
+    k = 0
+    while n > 1:  # halves the range but forgets that a guess can also *be* the number
+        n = math.ceil(n / 2)
+        k += 1
+    return k
+
+
+def _guesses_linear(n):
+    return n
+
+
+def _bisection_worst_case(n: int) -> int:
+    """Play every target with the midpoint rule and return the most guesses any game took."""
+    worst = 0
+    for target in range(1, n + 1):
+        lo, hi, k = 1, n, 0
+        while True:
+            k += 1
+            mid = (lo + hi) // 2
+            if mid == target:
+                break
+            lo, hi = (mid + 1, hi) if mid < target else (lo, mid - 1)
+        worst = max(worst, k)
+    return worst
+
+
+@exercise(
+    "00.guesses_needed",
+    "write guesses_needed(n) -> int: the fewest guesses that always find a number hidden among n "
+    "candidates when every wrong guess is answered 'higher' or 'lower'",
+    wrong=[_guesses_log2, _guesses_halving, _guesses_linear],
+)
+def check_guesses_needed(guesses_needed) -> str | None:
+    for n in _SIZES:
+        want = _reference_guesses(n)
+        got = guesses_needed(n)
+        if isinstance(got, float) and got.is_integer():
+            got = int(got)
+        if not isinstance(got, int):
+            return f"return a whole number of guesses; for n = {n} you returned {got!r}"
+        if got == want:
+            continue
+        if n <= 64:
+            played = _bisection_worst_case(n)
+            hint = f"playing all {n} targets with the midpoint rule, the longest game takes {played} guesses"
+        else:
+            hint = f"k guesses can tell apart at most 2^k − 1 numbers, and 2^{want - 1} − 1 = {2 ** (want - 1) - 1} < {n}"
+        if got == want - 1:
+            return (f"one short for n = {n}: you returned {got}, but {hint}. A guess can be the number itself, "
+                    "so k guesses cover 2^k − 1 numbers, not 2^k.")
+        if got == n and n > 3:
+            return (f"for n = {n} you returned {got}: that is trying every number in turn. The feedback halves "
+                    f"what is left, so far fewer guesses suffice ({want}).")
+        return f"for n = {n} the answer is {want} ({hint}); you returned {got}."
+    return None

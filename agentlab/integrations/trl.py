@@ -1,4 +1,4 @@
-"""agentlab inside TRL's `GRPOTrainer`, and agentlab trajectories as 🤗 datasets.
+"""agentlab inside TRL's `GRPOTrainer`, and agentlab trajectories as Hugging Face datasets.
 
 agentlab trains on one process. To train on many GPUs, with DeepSpeed or FSDP, or with vLLM
 generating, hand agentlab's environments and rewards to TRL. The env stays the judge: every
