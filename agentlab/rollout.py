@@ -144,7 +144,8 @@ class _Decoder:
     """
 
     def __init__(self, policy):
-        self.policy, self.past, self.mask = policy, None, None  # mask (B, L): 1 on real cached tokens
+        self.policy, self.past = policy, None
+        self.ids, self.mask = None, None  # (B, L) every token fed so far; 1 on the real ones
 
     def extend(self, chunks: list[list[int]]) -> torch.Tensor:
         """Append each row's new tokens; return the next-token logits after them, (B, V)."""
@@ -165,17 +166,24 @@ class _Decoder:
         seen = torch.zeros_like(new[:, :1]) if self.mask is None else self.mask.sum(-1, keepdim=True)
         pos = (seen + new.cumsum(-1) - 1).clamp(min=0)  # (B, C) positions among the row's real tokens
         mask = new if self.mask is None else torch.cat([self.mask, new], dim=1)
-        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                past_key_values=self.past, use_cache=True)
-        self.past, self.mask = out.past_key_values, mask
+        every = ids if self.ids is None else torch.cat([self.ids, ids], dim=1)
+        if self.past is None and self.ids is not None:
+            # The model keeps no cache (e.g. gradient checkpointing in training mode): read it all again.
+            out = self.policy.model(input_ids=every, attention_mask=mask,
+                                    position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
+        else:
+            out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                    past_key_values=self.past, use_cache=True)
+        self.past, self.ids, self.mask = out.past_key_values, every, mask
         return out.logits[:, -1]
 
     def keep(self, rows: list[int]) -> None:
         """Keep only these rows (the envs still playing), in this order."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        for layer in self.past.layers:
-            layer.batch_select_indices(idx)
-        self.mask = self.mask[idx]
+        if self.past is not None:
+            for layer in self.past.layers:
+                layer.batch_select_indices(idx)
+        self.ids, self.mask = self.ids[idx], self.mask[idx]
 
 
 @torch.no_grad()

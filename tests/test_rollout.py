@@ -43,6 +43,23 @@ def test_batched_greedy_equals_one_env_at_a_time(policy, env_id):
         assert alone.token_ids == traj.token_ids
 
 
+def test_a_model_without_kv_cache_gives_the_same_episodes(policy):
+    """Training mode with gradient checkpointing (as TRL sets it) turns the model's cache off:
+    rollout then re-reads the history each turn and must produce the very same episodes."""
+    settings = SamplingSettings(greedy=True, max_new_tokens=10)
+    cached = rollout(make_envs("agentlab/GuessNumber-v0", 4), policy, settings, seeds=range(4))
+    policy.model.gradient_checkpointing_enable()
+    policy.model.train()
+    try:
+        uncached = rollout(make_envs("agentlab/GuessNumber-v0", 4), policy, settings, seeds=range(4))
+    finally:
+        policy.model.gradient_checkpointing_disable()
+        policy.model.eval()
+    assert [t.token_ids for t in uncached] == [t.token_ids for t in cached]
+    for a, b in zip(uncached, cached):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
 def test_action_tokens_decode_to_what_the_envs_received(policy, sampled):
     for traj in sampled:
         for turn, action in enumerate(traj.actions):
