@@ -66,6 +66,14 @@ class Trajectory:
     def total_reward(self) -> float:
         return float(sum(self.rewards))
 
+    def component_totals(self) -> dict[str, float]:
+        """Each reward component summed over the episode's turns."""
+        totals: dict[str, float] = {}
+        for turn in self.components:
+            for name, value in turn.items():
+                totals[name] = totals.get(name, 0.0) + float(value)
+        return totals
+
     @property
     def loss_mask(self) -> list[int]:
         """1 on action tokens (the only tokens trained on), 0 elsewhere."""

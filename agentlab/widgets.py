@@ -213,7 +213,7 @@ def reward_breakdown(data, ax=None, title: str | None = None) -> Figure:
     if isinstance(data, Trajectory):
         comps, labels, what = data.components, [f"t{t}" for t in range(data.num_turns)], "turn"
     elif len(data) and isinstance(data[0], Trajectory):
-        comps = [_episode_components(t) for t in data]
+        comps = [t.component_totals() for t in data]
         labels, what = [str(i) for i in range(len(data))], "episode"
     else:
         comps, labels, what = list(data), [f"t{t}" for t in range(len(data))], "turn"
@@ -241,13 +241,6 @@ def reward_breakdown(data, ax=None, title: str | None = None) -> Figure:
     ax.figure.tight_layout()
     return ax.figure
 
-
-def _episode_components(traj: Trajectory) -> dict[str, float]:
-    total: dict[str, float] = {}
-    for c in traj.components:
-        for k, v in c.items():
-            total[k] = total.get(k, 0.0) + float(v)
-    return total
 
 
 class _Shown:
@@ -1008,7 +1001,7 @@ def _episode_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     out = {"success_rate": M.success_rate([t.success for t in trajs]),
            "mean_return": M.mean_return([t.rewards for t in trajs]),
            "mean_turns": M.mean_turns([t.num_turns for t in trajs])}
-    out.update({f"reward/{k}": v for k, v in M.mean_components([_episode_components(t) for t in trajs]).items()})
+    out.update({f"reward/{k}": v for k, v in M.mean_components([t.component_totals() for t in trajs]).items()})
     infos = [i for t in trajs for i in t.infos]
     if infos:
         out.update({f"action/{k}": v for k, v in M.action_distribution([i.get("tool") for i in infos]).items()})

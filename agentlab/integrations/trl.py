@@ -233,21 +233,12 @@ def split_trajectory(traj: Trajectory) -> dict:
     }
 
 
-def episode_totals(traj: Trajectory) -> dict[str, float]:
-    """Each reward component summed over the episode's turns (the outcome TRL can train on)."""
-    totals: dict[str, float] = {}
-    for turn in traj.components:
-        for k, v in turn.items():
-            totals[k] = totals.get(k, 0.0) + float(v)
-    return totals
-
-
 def episode_batch(trajs: Sequence[Trajectory]) -> dict[str, list]:
     """What a TRL ``rollout_func`` returns for these episodes: token lists plus ``agentlab_*``
     columns (component totals, success, valid-action rate, turns) for `reward_funcs`."""
     samples = [split_trajectory(t) for t in trajs]
     out = {key: [s[key] for s in samples] for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
-    out["agentlab_components"] = [episode_totals(t) for t in trajs]
+    out["agentlab_components"] = [t.component_totals() for t in trajs]  # the outcome TRL can train on
     out["agentlab_success"] = [bool(t.success) for t in trajs]
     out["agentlab_valid"] = [sum(bool(i.get("valid")) for i in t.infos) / max(1, t.num_turns) for t in trajs]
     out["agentlab_turns"] = [t.num_turns for t in trajs]
