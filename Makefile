@@ -38,7 +38,7 @@ lab: install
 	$(BIN)/jupyter lab notebooks
 
 strip: install
-	$(BIN)/nbstripout notebooks/*.ipynb drafts/notebooks/*.ipynb tests/browser/*.ipynb
+	$(BIN)/nbstripout notebooks/*.ipynb tests/browser/*.ipynb
 
 clean:
 	rm -rf $(VENV) .cache runs

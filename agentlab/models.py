@@ -459,19 +459,48 @@ class Policy:
         return out
 
     def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False,
-              hidden: bool = False) -> dict[str, torch.Tensor]:
+              hidden: bool = False, only: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One teacher-forced pass over ids (B, L). Returns ``logp`` (B, L-1): log p(ids[:, t+1] | ids[:, :t+1])
         at ``temperature``; with ``entropy`` the entropy of each of those distributions (B, L-1); with
-        ``hidden`` the last layer's hidden states (B, L, H) for a value head."""
-        out = self.forward(ids, mask, hidden=hidden)
-        logits = out.logits[:, :-1].float() / temperature  # (B, L-1, V)
-        logp_all = F.log_softmax(logits, dim=-1)
-        result = {"logp": logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)}  # (B, L-1)
-        if entropy:
-            result["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # (B, L-1)
+        ``hidden`` the last layer's hidden states (B, L, H) for a value head.
+
+        ``only`` (B, L-1), e.g. the loss mask: compute the distribution over the vocabulary at these
+        positions alone and return 0 elsewhere. The projection to the vocabulary and its softmax are
+        most of a pass when the vocabulary is large (151,936 tokens for Qwen2.5) while actions are a
+        small share of an agent's tokens, so losses that only read action tokens pass their mask here.
+        """
+        if only is None or not self._head_applies_alone:
+            out = self.forward(ids, mask, hidden=hidden)
+            logits = out.logits[:, :-1].float() / temperature  # (B, L-1, V)
+            logp_all = F.log_softmax(logits, dim=-1)
+            result = {"logp": logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)}  # (B, L-1)
+            if entropy:
+                result["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # (B, L-1)
+            if only is not None:
+                result = {k: v * only for k, v in result.items()}
+        else:
+            pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True,
+                             logits_to_keep=1)  # the logits of one position: the vocabulary work is done below
+            h = out.hidden_states[-1][:, :-1]  # (B, L-1, H) after the final norm
+            where = only.bool()
+            logits = self.model.get_output_embeddings()(h[where]).float() / temperature  # (K, V) K = positions kept
+            logp_all = F.log_softmax(logits, dim=-1)
+            picked = logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1)  # (K,)
+            result = {"logp": torch.zeros(where.shape, dtype=picked.dtype, device=ids.device).masked_scatter(where, picked)}
+            if entropy:
+                ent = -(logp_all.exp() * logp_all).sum(-1)  # (K,)
+                result["entropy"] = torch.zeros(where.shape, dtype=ent.dtype, device=ids.device).masked_scatter(where, ent)
         if hidden:
             result["hidden"] = out.hidden_states[-1]
         return result
+
+    @property
+    def _head_applies_alone(self) -> bool:
+        """Whether logits are just the output layer on the last hidden state (no soft-capping or
+        scaling in between), so `score(only=...)` may apply that layer to chosen positions."""
+        cfg = self.model.config
+        return not any(getattr(cfg, k, None) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
 
     def token_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """logp[b, t] = log p(ids[b, t+1] | ids[b, :t+1]) at ``temperature``: shape (B, L-1)."""

@@ -77,8 +77,8 @@ def demonstrations(policy, env_ids, episodes_per_env: int, imperfect_share: floa
 
 def sft_loss(policy, batch: dict) -> torch.Tensor:
     """Mean negative log-likelihood of the action tokens (B, L-1 masked)."""
-    logp = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1)
     mask = batch["loss_mask"]
+    logp = policy.score(batch["ids"], batch["attn"], only=mask)["logp"]  # (B, L-1), 0 off the actions
     return -(logp * mask).sum() / mask.sum().clamp(min=1)
 
 

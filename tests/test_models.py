@@ -92,6 +92,33 @@ def test_reference_logprobs_equal_the_base_model(tiny_path):
         assert torch.allclose(ref, base.token_logprobs(ids, mask), atol=1e-6)
 
 
+@pytest.mark.parametrize("quantization", [None, "4bit"])
+def test_scoring_only_the_action_positions_changes_nothing_there(tiny_path, quantization):
+    """`score(only=mask)` applies the output layer to the masked positions alone; their logprobs,
+    entropies and gradients must be those of the full pass."""
+    policy = load_policy(str(tiny_path), quantization=quantization, lora=LoraSettings(r=4))
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rows = [policy.prompt_ids("sys", "guess") + policy.encode("guess(8)"), policy.prompt_ids("sys", "a longer question")]
+    width = max(map(len, rows))
+    ids = torch.tensor([[policy.pad_id] * (width - len(r)) + r for r in rows])  # left padded
+    attn = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    only = torch.zeros(2, width - 1, dtype=torch.bool)
+    only[0, -5:], only[1, 3:9] = True, True
+    full = policy.score(ids, attn, temperature=0.7, entropy=True)
+    part = policy.score(ids, attn, temperature=0.7, entropy=True, only=only)
+    for key in ("logp", "entropy"):
+        assert torch.allclose(part[key][only], full[key][only], atol=1e-5)
+        assert torch.all(part[key][~only] == 0)
+    grads = []
+    for out in (full, part):
+        policy.model.zero_grad()
+        (out["logp"] * only).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+
+
 def test_error_missing_folder():
     with pytest.raises(PolicyLoadError, match="does not exist"):
         load_policy("./no/such/model")

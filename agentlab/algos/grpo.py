@@ -59,13 +59,13 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
     mask = batch["loss_mask"]  # (B, L-1) 1 on action tokens
     tok_adv = adv[keep].to(device)[:, None] * mask  # (B, L-1) the episode's advantage on each action token
     with torch.no_grad(), policy.reference():
-        ref_logp = policy.token_logprobs(batch["ids"], batch["attn"], temperature)  # (B, L-1)
+        ref_logp = policy.score(batch["ids"], batch["attn"], temperature, only=mask)["logp"]  # (B, L-1)
     params = policy.trainable_parameters()
     logs: dict[str, list[float]] = {}
     for _ in range(s.epochs):
         for mb in minibatches(len(keep), s.minibatch_size, generator):
-            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True)
             m = mask[mb]
+            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True, only=m)
             pg_loss, stats = clipped_surrogate(out["logp"], batch["old_logp"][mb], tok_adv[mb], m, s.clip_coef)
             kl = kl_to_reference(out["logp"], ref_logp[mb], m)
             entropy = masked_mean(out["entropy"], m)

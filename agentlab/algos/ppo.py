@@ -13,6 +13,13 @@ policy gradients meet in the shared trunk, which ``vf_coef`` balances.
 
 The difference from GRPO is only here: advantages come from a critic per turn, not from
 a group per episode, so PPO gives credit turn by turn (S14, S19).
+
+Measured on GuessNumber with the tiny policy and the outcome reward: these defaults raise
+held-out greedy success as fast as GRPO does (0.125 → 0.875 in three to six updates), while
+the critic's explained variance stays between 0 and 0.15: the text before a guess says little
+about whether the game will be won, so the advantage is mostly the episode's outcome minus a
+baseline. With the process reward a critic that has not learned yet favours early turns
+(notebook 05, section 6).
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
     turns = {k: v.to(device) for k, v in turn_batch(trajs).items()}
     mask = batch["loss_mask"]  # (B, L-1)
     with torch.no_grad():
-        out = policy.score(batch["ids"], batch["attn"], temperature, hidden=True)
+        out = policy.score(batch["ids"], batch["attn"], temperature, hidden=True, only=mask)
         v_tok = value_head(out["hidden"])  # (B, L)
         values = v_tok.gather(1, turns["value_pos"]) * turns["mask"]  # (B, T) V_old(s_t)
         last_values = v_tok.gather(1, turns["last_pos"][:, None]).squeeze(1) * turns["truncated"]  # (B,)
@@ -93,13 +100,13 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
         ref_logp = None
         if s.beta > 0:
             with policy.reference():
-                ref_logp = policy.token_logprobs(batch["ids"], batch["attn"], temperature)
+                ref_logp = policy.score(batch["ids"], batch["attn"], temperature, only=mask)["logp"]
     params = policy.trainable_parameters() + list(value_head.parameters())
     logs: dict[str, list[float]] = {}
     for _ in range(s.epochs):
         for mb in minibatches(len(trajs), s.minibatch_size, generator):
-            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True, hidden=True)
             m = mask[mb]
+            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True, hidden=True, only=m)
             pg_loss, stats = clipped_surrogate(out["logp"], batch["old_logp"][mb], tok_adv[mb], m, s.clip_coef)
             new_values = value_head(out["hidden"]).gather(1, turns["value_pos"][mb])  # (b, T)
             v_loss = 0.5 * masked_mean((new_values - ret[mb]) ** 2, turns["mask"][mb].float())
