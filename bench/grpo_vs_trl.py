@@ -189,7 +189,7 @@ def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, gra
 
 # phase -> (file, function) whose cumulative time measures it, on each side
 AGENTLAB_PHASES = {
-    "generation": ("agentlab/rollout.py", "sample_actions"),
+    "generation": ("agentlab/rollout.py", "rollout"),  # sampling every turn (and the env's replies, a few ms)
     "forward passes (reference + policy)": ("agentlab/models.py", "score"),
     "backward": ("torch/autograd/__init__.py", "backward"),
 }
@@ -260,8 +260,7 @@ def run(quick: bool = False) -> str:
                  "adapter — so a speed-up can only come from overheads around it, and the phases below show "
                  "where each side spends its step (cProfile adds its own overhead to both). agentlab's update "
                  f"scores {ours['seq_tokens'] - default['seq_tokens']} more tokens per sequence than TRL (the env's "
-                 "reply after the action, kept for a critic that GRPO does not have) and takes a full-vocabulary "
-                 "log-softmax and entropy at every position, where TRL computes log-probabilities for the "
-                 "completion only, in chunks.", "", phase_table(ours["profile"], tasks, n["prompts"]), "",
+                 "reply after the action, kept for a critic that GRPO does not have); like TRL it applies the "
+                 "output layer and softmax to the completion tokens only (`Policy.score(only=...)`).", "", phase_table(ours["profile"], tasks, n["prompts"]), "",
                  breakdown(ours["profile"], "agentlab GRPO step")]
     return "\n".join(body)

@@ -38,6 +38,7 @@ SECTIONS = {
     "gae": ("GAE: vectorised `gae` vs Python loops", "bench.gae"),
     "memory": ("Memory: the demo's peak RSS, and fp32 vs 4-bit weights", "bench.memory"),
     "dashboard": ("The live dashboard's share of the training loop", "bench.dashboard"),
+    "warm": ("SFT warm-up: each env's warmed policy between the untrained model and the expert", "bench.warm"),
     "notebooks": ("The notebook suite on the `ci` profile", "bench.notebooks"),
 }
 GPU_HEADING = "\n## GPU: "

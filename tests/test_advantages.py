@@ -249,15 +249,20 @@ def test_errors_are_clear():
         discounted_returns(torch.zeros(3), torch.ones(3), 0.9)
 
 
-def test_discounted_cumsum_matrix_equals_loop_and_long_rows():
+def test_discounted_cumsum_in_blocks_equals_the_loop():
+    """Every length around the block size and its powers (1 block, padding, nested blocks)."""
     g = torch.Generator().manual_seed(5)
-    for d in [0.0, 0.3, 0.95, 1.0]:
-        x = torch.randn(3, 17, generator=g, dtype=torch.float64)
-        assert torch.allclose(discounted_cumsum(x, d), _discounted_cumsum_loop(x, d), atol=1e-10)
-    x = torch.randn(2, 1100, generator=g, dtype=torch.float64)  # above the matrix limit
-    y = discounted_cumsum(x, 0.99)
+    for T in [1, 2, 15, 16, 17, 31, 33, 255, 256, 257, 300, 1100]:
+        for d in [0.0, 0.3, 0.95, 1.0]:
+            x = torch.randn(3, T, generator=g, dtype=torch.float64)
+            y = discounted_cumsum(x, d)
+            assert y.shape == x.shape and y.dtype == x.dtype
+            assert torch.allclose(y, _discounted_cumsum_loop(x, d), atol=1e-9), (T, d)
+    x = torch.randn(2, 1100, generator=g, dtype=torch.float64)
     ref = naive_returns(x.tolist(), [1100, 1100], 0.99)
-    assert torch.allclose(y, torch.tensor(ref, dtype=torch.float64), atol=1e-8)
+    assert torch.allclose(discounted_cumsum(x, 0.99), torch.tensor(ref, dtype=torch.float64), atol=1e-8)
+    x32 = torch.randn(4, 256, generator=g)
+    assert torch.allclose(discounted_cumsum(x32, 0.94), _discounted_cumsum_loop(x32.double(), 0.94).float(), atol=1e-4)
 
 
 def test_benchmark_shape_matches_reference_rows():
