@@ -452,11 +452,12 @@ class Policy:
         return self.encode(after)
 
     # -- scoring ----------------------------------------------------------------------------------
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, hidden: bool = False):
-        """Logits (B, L, V) for right- or left-padded ids (B, L); position ids follow the mask."""
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, hidden: bool = False, **model_kwargs):
+        """Logits (B, L, V) for right- or left-padded ids (B, L); position ids follow the mask.
+        ``model_kwargs`` go to the model (e.g. ``logits_to_keep``)."""
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=hidden)
-        return out
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=hidden,
+                          **model_kwargs)
 
     def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False,
               hidden: bool = False, only: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -479,18 +480,14 @@ class Policy:
             if only is not None:
                 result = {k: v * only for k, v in result.items()}
         else:
-            pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True,
-                             logits_to_keep=1)  # the logits of one position: the vocabulary work is done below
-            h = out.hidden_states[-1][:, :-1]  # (B, L-1, H) after the final norm
+            out = self.forward(ids, mask, hidden=True, logits_to_keep=1)  # one position's logits; the rest below
             where = only.bool()
-            logits = self.model.get_output_embeddings()(h[where]).float() / temperature  # (K, V) K = positions kept
-            logp_all = F.log_softmax(logits, dim=-1)
-            picked = logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1)  # (K,)
-            result = {"logp": torch.zeros(where.shape, dtype=picked.dtype, device=ids.device).masked_scatter(where, picked)}
+            h = out.hidden_states[-1][:, :-1][where]  # (K, H) after the final norm, K = positions kept
+            logp_all = F.log_softmax(self.model.get_output_embeddings()(h).float() / temperature, dim=-1)  # (K, V)
+            spread = lambda v: torch.zeros(where.shape, dtype=v.dtype, device=v.device).masked_scatter(where, v)  # noqa: E731
+            result = {"logp": spread(logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1))}  # (B, L-1)
             if entropy:
-                ent = -(logp_all.exp() * logp_all).sum(-1)  # (K,)
-                result["entropy"] = torch.zeros(where.shape, dtype=ent.dtype, device=ids.device).masked_scatter(where, ent)
+                result["entropy"] = spread(-(logp_all.exp() * logp_all).sum(-1))  # (B, L-1)
         if hidden:
             result["hidden"] = out.hidden_states[-1]
         return result
