@@ -177,8 +177,7 @@ class _Decoder:
         every = ids if self.ids is None else torch.cat([self.ids, ids], dim=1)
         if self.past is None and self.ids is not None:
             # The model keeps no cache (e.g. gradient checkpointing in training mode): read it all again.
-            out = self.policy.model(input_ids=every, attention_mask=mask,
-                                    position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
+            out = self.policy.forward(every, mask, use_cache=False)
         else:
             out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                                     past_key_values=self.past, use_cache=True)

@@ -207,9 +207,7 @@ def batch_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict:
         "invalid_rate": M.invalid_rate([i.get("valid", False) for i in infos]),
         "self_bleu": M.group_self_bleu(["\n".join(t.actions) for t in trajs], cfg.group_size),
     }
-    out.update({f"reward/{k}": v for k, v in M.mean_components(
-        [{k: sum(c.get(k, 0.0) for c in t.components) for k in {k for c in t.components for k in c}}
-         for t in trajs]).items()})
+    out.update({f"reward/{k}": v for k, v in M.mean_components([t.component_totals() for t in trajs]).items()})
     out.update({f"action/{k}": v for k, v in M.action_distribution([i.get("tool") for i in infos]).items()})
     out.update({f"step/{k}": v for k, v in M.step_level_rates([i.get("checks", {}) for i in infos]).items()})
     return out

@@ -242,7 +242,6 @@ def reward_breakdown(data, ax=None, title: str | None = None) -> Figure:
     return ax.figure
 
 
-
 class _Shown:
     """Shared plumbing: show ``self.widget`` in a notebook; ``to_html`` for static output."""
 
