@@ -29,14 +29,14 @@ def setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, help="env id, e.g. agentlab/GuessNumber-v0 or GuessNumber")
     p.add_argument("--policy", default=None,
                    help="a saved model folder, 'tiny' (untrained), or 'expert' (scripted, no model); "
-                        "default: the profile's SFT-warmed tiny policy")
+                        "default: the profile's tiny policy SFT-warmed on --env")
     p.add_argument("--episodes", type=int, default=None, help="default: one per task of the split")
     p.add_argument("--split", default="eval", choices=["train", "eval", "paraphrase"])
     p.add_argument("--json", default=None, help="write the result here")
     p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
     p.add_argument("--sample", action="store_true", help="sample at --temperature instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=int, default=None, help="per turn; default: the profile's")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="per turn; default: the profile's on --env")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -50,10 +50,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.policy == "expert":
         result, name = run_expert(args.env, args.split, args.episodes), "expert"
     else:
-        policy, name = load_cli_policy(args.policy, prof)
+        policy, name = load_cli_policy(args.policy, prof, args.env)
+        budget = args.max_new_tokens or prof.turn_tokens(args.env)
         result = evaluate(policy, args.env, args.split, args.episodes, greedy=not args.sample,
-                          temperature=args.temperature, max_new_tokens=args.max_new_tokens or prof.max_new_tokens,
-                          seed=args.seed)
+                          temperature=args.temperature, max_new_tokens=budget, seed=args.seed)
     report = {**result.to_dict(), "policy": name, "profile": prof.name, "seconds": round(time.time() - t0, 2)}
     if args.json:  # written before printing, so a closed stdout cannot lose it
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -68,14 +68,14 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_cli_policy(arg: str | None, prof):
-    """``None`` -> the profile's warmed tiny policy; ``"tiny"`` or a folder -> that model."""
+def load_cli_policy(arg: str | None, prof, env_id: str):
+    """``None`` -> the profile's tiny policy warmed on ``env_id``; ``"tiny"`` or a folder -> that model."""
     from agentlab.models import load_policy
 
     if arg is None:
         from agentlab.sft import warm_policy_path
 
-        arg = str(warm_policy_path(prof))
+        arg = str(warm_policy_path(prof, envs=[env_id]))
         return load_policy(arg), f"warm-tiny ({arg})"
     return load_policy(arg), arg
 

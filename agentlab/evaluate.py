@@ -155,12 +155,15 @@ def split_tasks(env_id: str, split: str = "eval") -> list[Task]:
     return load_tasks(env_class(env_id).task_file(), split)
 
 
-def sampling(greedy: bool = True, temperature: float = 1.0, max_new_tokens: int | None = None) -> SamplingSettings:
-    """Sampling settings; ``max_new_tokens`` defaults to the active profile's per-turn budget."""
+def sampling(greedy: bool = True, temperature: float = 1.0, max_new_tokens: int | None = None,
+             env_id: str | None = None) -> SamplingSettings:
+    """Sampling settings; ``max_new_tokens`` defaults to the active profile's per-turn budget
+    (on ``env_id`` when given: `Profile.turn_tokens`)."""
     if max_new_tokens is None:
         from agentlab.models import profile
 
-        max_new_tokens = profile().max_new_tokens
+        prof = profile()
+        max_new_tokens = prof.turn_tokens(env_id) if env_id else prof.max_new_tokens
     return SamplingSettings(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, greedy=greedy)
 
 
@@ -216,7 +219,8 @@ def _sample_groups(policy, env_id: str, n: int, split: str, num_tasks: int | Non
         raise ValueError(f"need at least one sample per task, got n={n}")
     tasks = split_tasks(env_id, split)[:num_tasks]
     repeated = [task for task in tasks for _ in range(n)]  # contiguous groups, as in GRPO
-    trajs = _play(policy, env_id, repeated, sampling(False, temperature, max_new_tokens), env_kwargs, batch_size, seed)
+    settings = sampling(False, temperature, max_new_tokens, env_id)
+    trajs = _play(policy, env_id, repeated, settings, env_kwargs, batch_size, seed)
     return tasks, [trajs[i * n:(i + 1) * n] for i in range(len(tasks))]
 
 
@@ -234,7 +238,8 @@ def evaluate(policy, env_id: str, split: str = "eval", episodes: int | None = No
     tasks = list(tasks) if tasks is not None else split_tasks(env_id, split)
     episodes = len(tasks) if episodes is None else episodes
     chosen = [tasks[i % len(tasks)] for i in range(episodes)]
-    trajs = _play(policy, env_id, chosen, sampling(greedy, temperature, max_new_tokens), env_kwargs, batch_size, seed)
+    settings = sampling(greedy, temperature, max_new_tokens, env_id)
+    trajs = _play(policy, env_id, chosen, settings, env_kwargs, batch_size, seed)
     return summarise(env_id, split, trajs, greedy)
 
 
@@ -317,9 +322,9 @@ def thinking_budget(policy, env_id: str, budgets: Sequence[int] | None = None, s
                     episodes: int | None = None, batch_size: int = 64, seed: int = 0) -> dict[int, EvalResult]:
     """Greedy success with each per-turn token budget (S27): the same policy, allowed to
     write more or less before its action must end. Default budgets: 1/8, 1/4, 1/2 and all
-    of the profile's ``max_new_tokens``. An action cut off by the budget is invalid."""
+    of the profile's budget on the env. An action cut off by the budget is invalid."""
     if budgets is None:
-        top = sampling().max_new_tokens
+        top = sampling(env_id=env_id).max_new_tokens
         budgets = sorted({max(1, top // 8), max(1, top // 4), max(1, top // 2), top})
     return {b: evaluate(policy, env_id, split, episodes, max_new_tokens=b, batch_size=batch_size, seed=seed)
             for b in budgets}
@@ -336,7 +341,7 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
     corrected episodes — failures turned into successes — which training can add to a batch.
     """
     tasks = split_tasks(env_id, split)[:num_tasks]
-    settings = sampling(greedy, temperature, max_new_tokens)
+    settings = sampling(greedy, temperature, max_new_tokens, env_id)
     first = _play(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
     failed = [i for i, t in enumerate(first) if not t.success]
     prefixes = [f"Previous attempt failed: {failure_reason(first[i])}\n" for i in failed]
@@ -350,9 +355,9 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
 
 
 def run_expert(env_id: str, split: str = "eval", episodes: int | None = None,
-               env_kwargs: dict | None = None) -> EvalResult:
-    """The env's scripted expert on the tasks of ``split``, scored like a policy (no model)."""
-    tasks = split_tasks(env_id, split)
+               env_kwargs: dict | None = None, tasks: Sequence[Task] | None = None) -> EvalResult:
+    """The env's scripted expert on the tasks of ``split`` (or on ``tasks``), scored like a policy (no model)."""
+    tasks = list(tasks) if tasks is not None else split_tasks(env_id, split)
     episodes = len(tasks) if episodes is None else episodes
     env = make(env_id, **(env_kwargs or {}))
     trajs = []

@@ -56,18 +56,16 @@ class Profile:
     intermediate_size: int
     vocab_size: int
     max_seq_len: int
-    # SFT warm-up
-    sft_steps: int
+    # SFT warm-up (how many demonstrations and steps each env gets is its `WarmUp`)
     sft_batch: int
     sft_lr: float
-    imperfect_share: float  # fraction of demonstration episodes acted by the biased demonstrator
     # RL
     rl_updates: int
     tasks_per_update: int
     group_size: int
     rl_lr: float
     lora_r: int
-    max_new_tokens: int  # per turn
+    max_new_tokens: int  # per turn; raised on envs whose actions are longer (`turn_tokens`)
     eval_episodes: int
     seed: int = 0
 
@@ -75,6 +73,13 @@ class Profile:
     def dtype(self) -> torch.dtype:
         """Compute dtype: float32 on CPU (bf16 is emulated there and ~6x slower), bf16 on CUDA."""
         return torch.bfloat16 if self.device == "cuda" else torch.float32
+
+    def turn_tokens(self, env_id: str) -> int:
+        """The per-turn token budget on ``env_id``: ``max_new_tokens``, raised to the env's
+        ``action_tokens`` where the expert's actions are longer (a SQL join, a Python function)."""
+        from agentlab.envs import env_class
+
+        return max(self.max_new_tokens, env_class(env_id).action_tokens)
 
     def replace(self, **changes) -> "Profile":
         return dataclasses.replace(self, **changes)
@@ -85,19 +90,19 @@ _TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=2
 _PROFILES = {
     "ci": Profile(
         name="ci", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
-        sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
+        sft_batch=32, sft_lr=2e-3,
         rl_updates=12, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=100,
     ),
     "cpu": Profile(
         name="cpu", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
-        sft_steps=300, sft_batch=32, sft_lr=2e-3, imperfect_share=0.6,
+        sft_batch=32, sft_lr=2e-3,
         rl_updates=40, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=200,
     ),
     "gpu": Profile(
         name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **_TINY_ARCH,
-        sft_steps=100, sft_batch=16, sft_lr=1e-4, imperfect_share=0.0,
+        sft_batch=16, sft_lr=1e-4,
         rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=2e-6, lora_r=16,
         max_new_tokens=256, eval_episodes=200,
     ),
@@ -351,6 +356,8 @@ def load_policy(
         tokenizer.pad_token = tokenizer.eos_token
     if quantization is None:
         model.to(device)
+    elif device == "cpu":
+        _keep_cpu_4bit_layout(model)
     if lora or adapter:
         model = _with_lora(model, lora if isinstance(lora, LoraSettings) else LoraSettings(), adapter, quantization)
     return Policy(model, tokenizer, name=name_or_path, quantization=quantization)
@@ -370,6 +377,23 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
     return BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
     )
+
+
+def _keep_cpu_4bit_layout(model) -> None:
+    """Keep bitsandbytes' 4-bit CPU layers in the one weight layout that both sampling and
+    training use.
+
+    On CPUs with AVX512-BF16, bitsandbytes 0.50 repacks a 4-bit layer's weights for a faster
+    kernel the first time the layer runs in eval mode without gradients, and RL alternates such
+    passes (sampling, the reference) with training ones. With double quantization on the tiny
+    model's 96-wide layers the repacking itself fails: measured on a Xeon with AVX512-BF16, the
+    first 4-bit pass under ``torch.no_grad()`` raised "shape '[96, 1]' is invalid for input of
+    size 144"; CPUs without AVX512-BF16 never repack."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 def _with_lora(model, settings: LoraSettings, adapter: str | None, quantization: str | None):

@@ -6,12 +6,22 @@ warm-up mixes the scripted expert with a *systematically* imperfect demonstrator
 here, SFT on a biased demonstrator leaves a policy RL improves quickly, while SFT on randomly
 corrupted demonstrations or stopped early leaves one it barely moves.
 
+Each env plans its own warm-up (`WarmUp` in `envs/base.py`: how many distinct demonstrations,
+at which difficulty levels, how many SFT steps, and the biased share). GuessNumber and Maze
+need 300 episodes and 300 steps. Envs whose actions copy names, values or numbers out of the
+conversation need 5 to 20 times the episodes and 3 to 10 times the steps: after 300 steps (on
+3,000 episodes) the tiny model wrote the same Math steps whatever the question.
+Where the biased demonstrator always fails (SQL's and Code's careless answers) or fails a
+third of the level-0 problems (Math's left-to-right reading), its share stays below a half, so
+that greedy decoding follows the expert's habit and RL still meets the biased one in samples.
+
 Demonstrations are built token by token exactly as `rollout` builds a trajectory, and the
 loss is on action tokens only (the end-of-turn token included).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -23,7 +33,6 @@ from tqdm.auto import tqdm
 
 from agentlab.models import Profile, _atomic_save, build_tiny, cache_dir, load_policy, profile
 from agentlab.rollout import ACTION, OBSERVATION, PROMPT, Trajectory, json_safe, pad_batch
-
 
 
 def demonstration(policy, env, rng: np.random.Generator, imperfect_share: float, difficulty: int = 0) -> Trajectory:
@@ -58,19 +67,22 @@ def demonstration(policy, env, rng: np.random.Generator, imperfect_share: float,
         traj.append_tokens(policy.observation_ids(obs), OBSERVATION)
 
 
-def demonstrations(policy, env_ids, episodes_per_env: int, imperfect_share: float, seed: int = 0,
-                   levels: tuple[int, ...] | None = None) -> list[Trajectory]:
-    """``episodes_per_env`` demonstrations per env, cycling through ``levels`` (default: each
-    env's ``sft_levels``)."""
+def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
+                   imperfect_share: float | None = None, levels: tuple[int, ...] | None = None) -> list[Trajectory]:
+    """Each env's demonstrations as its `WarmUp` plans them: ``episodes`` of them, cycling through
+    ``levels``, ``imperfect_share`` of them by the biased demonstrator. An argument given here
+    replaces the plan's value for every env."""
     from agentlab.envs import make
 
     rng = np.random.default_rng(seed)
     out = []
     for env_id in env_ids:
         env = make(env_id)
-        env_levels = levels or env.unwrapped.sft_levels
-        for ep in range(episodes_per_env):
-            out.append(demonstration(policy, env, rng, imperfect_share, env_levels[ep % len(env_levels)]))
+        plan = env.unwrapped.warm_up
+        share = plan.imperfect_share if imperfect_share is None else imperfect_share
+        env_levels = levels or plan.levels
+        for ep in range(episodes or plan.episodes):
+            out.append(demonstration(policy, env, rng, share, env_levels[ep % len(env_levels)]))
         env.close()
     return out
 
@@ -112,10 +124,13 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
                      progress: bool = True) -> Path:
     """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
 
-    ``envs``: the env ids demonstrated (one id or a list); None = every env. A policy warmed on
-    one env is cheaper to build (the demo and most notebooks use one); the all-env policy
-    knows every tool. Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny
-    model's recipe, the envs and the SFT settings, so changing any of them warms a new one.
+    ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings
+    the demonstrations and SFT steps of its `WarmUp`, so a policy warmed on several envs trains
+    for the sum of their steps: one env takes 2 to 7 minutes on a 2-core CPU, all seven
+    about 40. The demo, the notebooks and ``agentlab eval`` each use the policy warmed on the
+    env they run. Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's
+    recipe, the envs and their warm-up plans, and the profile's SFT settings, so changing any
+    of them warms a new one.
     """
     from agentlab.envs import ENV_IDS, env_class
 
@@ -123,22 +138,24 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
     env_ids = [e if e in ENV_IDS else f"agentlab/{env_class(e).name}-v0" for e in env_ids]
     base = build_tiny(prof, verbose=progress)
-    episodes = min(300, max(1, prof.sft_steps * prof.sft_batch // (2 * len(env_ids))))
-    recipe = {"base": base.name, "steps": prof.sft_steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
-              "imperfect": prof.imperfect_share, "episodes": episodes, "levels": {e: env_class(e).sft_levels for e in env_ids}, "seed": prof.seed,
-              "envs": env_ids, "version": 2}
+    plans = {e: env_class(e).warm_up for e in env_ids}
+    steps = sum(plan.steps for plan in plans.values())
+    recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
+              "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
+              "warm_up": {e: dataclasses.asdict(plan) for e, plan in plans.items()}, "version": 3}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"warm-{key}"
     if out.exists() and (out / "sft.json").exists() and not force:
         return out
     if progress:
-        print(f"warming up the tiny policy on {', '.join(e.split('/')[-1] for e in env_ids)} (cached in {out}) ...")
+        print(f"warming up the tiny policy on {', '.join(e.split('/')[-1] for e in env_ids)} "
+              f"({steps} SFT steps, cached in {out}) ...")
     torch.manual_seed(prof.seed)
     policy = load_policy(str(base), device="cpu")
     t0 = time.time()
-    demos = demonstrations(policy, env_ids, episodes, prof.imperfect_share, seed=prof.seed)
+    demos = demonstrations(policy, env_ids, seed=prof.seed)
     t_demo = time.time() - t0
-    losses = sft(policy, demos, prof.sft_steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+    losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
     report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
               "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
     _atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))

@@ -57,7 +57,7 @@ class TrainConfig:
     lr: float | None = None  # AdamW learning rate of the adapter (and value head)
     temperature: float = 1.0  # sampling temperature for training [0.7, 1.0]; eval is greedy
     top_p: float = 1.0  # nucleus sampling; 1.0 keeps training on-policy
-    max_new_tokens: int | None = None  # token budget per turn
+    max_new_tokens: int | None = None  # token budget per turn (default: the profile's on this env)
     difficulty: int | list[int] = 0  # task difficulty level(s) sampled for training
     stratify: bool = False  # equal share of every difficulty level in each batch (S29)
     horizon: tuple[int, int] | None = None  # (first, last) max_steps, raised linearly over training (S17)
@@ -89,7 +89,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         lora_r=pick(cfg.lora_r, prof.lora_r), updates=pick(cfg.updates, prof.rl_updates),
         tasks_per_update=pick(cfg.tasks_per_update, prof.tasks_per_update),
         group_size=pick(cfg.group_size, prof.group_size), lr=pick(cfg.lr, prof.rl_lr),
-        max_new_tokens=pick(cfg.max_new_tokens, prof.max_new_tokens),
+        max_new_tokens=pick(cfg.max_new_tokens, prof.turn_tokens(cfg.env_id)),
         eval_episodes=pick(cfg.eval_episodes, prof.eval_episodes),
         out_dir=pick(cfg.out_dir, f"runs/{cfg.name}"),
     )

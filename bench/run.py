@@ -2,6 +2,7 @@
 
     python -m bench.run                                    # everything, medians over 3 repeats
     python -m bench.run --quick --only rollout,gae --out /tmp/results.md
+    python -m bench.run --only warm,notebooks --merge      # rerun two sections, keep the others
 
 Sections run one after the other (two torch jobs at once would slow each other down) and the
 file is rewritten after each, so an interrupted run keeps what it measured. A section that
@@ -136,6 +137,25 @@ def render(head: str, sections: list[dict], kept_gpu: str) -> str:
     return "\n".join(parts) + "\n" + kept_gpu
 
 
+def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
+    """The sections of an earlier results file (title -> section, as `run_section` returns them)
+    and the date and git revision it was written at, for ``--merge``."""
+    if not out.exists():
+        return {}, ""
+    text = out.read_text()
+    gpu = text.find(GPU_HEADING)
+    text = text[:gpu] if gpu >= 0 else text
+    date = re.search(r"- \*\*date\*\*: (.*)", text)
+    rev = re.search(r"- \*\*code\*\*: git (.*)", text)
+    found = {}
+    for name, (title, _) in SECTIONS.items():
+        match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure._\n\n(.*?)(?=\n## |\Z)", text, re.S)
+        if match:
+            found[name] = {"name": name, "title": title, "body": match.group(2).strip(), "error": None,
+                           "seconds": float(match.group(1))}
+    return found, f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'})"
+
+
 def kept_gpu_sections(out: Path) -> str:
     """GPU sections appended to an earlier results file by `bench.gpu`, to carry over."""
     if not out.exists():
@@ -168,6 +188,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated sections, from {','.join(SECTIONS)} (default: all)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the markdown (default: %(default)s)")
     parser.add_argument("--notebooks", default=None, help="glob of notebooks to time (default: notebooks/*.ipynb)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the sections of --out that this run does not measure (the header says from when)")
     args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.only if s not in SECTIONS]
@@ -182,14 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     kept = kept_gpu_sections(out)
+    earlier, written = earlier_sections(out) if args.merge else ({}, "")
+    old = [name for name in SECTIONS if name in earlier and name not in args.only]
     head = header(args, os.getloadavg())
-    sections: list[dict] = []
+    if old:
+        head += f"\n- **kept from the run of {written}**: {', '.join(old)}"
+    measured: dict[str, dict] = {}
     for name in args.only:
-        sections.append(run_section(name, args.quick, args.notebooks))
+        measured[name] = run_section(name, args.quick, args.notebooks)
+        sections = [measured.get(n) or earlier[n] for n in SECTIONS if n in measured or n in old]
         out.write_text(render(head, sections, kept))  # after every section: an interrupted run keeps its results
     print(f"\nwrote {out}")
-    print("\n" + summary(sections))
-    return 1 if any(s["error"] for s in sections) else 0
+    print("\n" + summary(list(measured.values())))
+    return 1 if any(s["error"] for s in measured.values()) else 0
 
 
 if __name__ == "__main__":

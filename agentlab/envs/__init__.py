@@ -10,7 +10,7 @@ import importlib
 
 import gymnasium as gym
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, parse_action
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp, parse_action
 
 # Gymnasium id -> "module:Class". Swapping the task swaps only this line (S1).
 ENV_CLASSES = {
@@ -45,4 +45,4 @@ def register_all() -> None:
             gym.register(id=env_id, entry_point=entry, disable_env_checker=False)
 
 
-__all__ = ["Action", "ActionError", "Outcome", "TextEnv", "parse_action", "ENV_IDS", "env_class", "make", "register_all"]
+__all__ = ["Action", "ActionError", "Outcome", "TextEnv", "WarmUp", "parse_action", "ENV_IDS", "env_class", "make", "register_all"]

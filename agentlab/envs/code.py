@@ -69,7 +69,7 @@ from itertools import count
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp
 from agentlab.tasks import Task
 
 # ============================================================================ the sandbox
@@ -511,6 +511,9 @@ class CodeEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "run(def add(a, b):\n    return a + b)"
+    action_tokens = 160  # a reference solution is up to 145 tiny-tokenizer tokens
+    # The careless submission fails the hidden tests: at 60% greedy decoding took that habit (0.03 success).
+    warm_up = WarmUp(episodes=1500, steps=1000, imperfect_share=0.4)
 
     def __init__(self, *args, analysis_reward: str = "exact", timeout_s: float = 2.0, **kwargs):
         super().__init__(*args, **kwargs)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, echo
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp, echo
 from agentlab.tasks import Task
 
 PARAPHRASES = [
@@ -59,7 +59,9 @@ class GuessNumberEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "guess(8)"
-    sft_levels = (0,)  # the warm-up demonstrates 1..16 only: random offsets (level 1+) need arithmetic the tiny model lacks
+    # The warm-up demonstrates 1..16 only: random offsets (level 1+) need arithmetic the tiny model lacks;
+    # demonstrating levels 0-3 too left greedy success as it was (greedy decoding plays the lazy habit).
+    warm_up = WarmUp(levels=(0,))
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         size, steps = LEVELS[int(np.clip(difficulty, 0, self.max_difficulty))]

@@ -1,0 +1,98 @@
+"""The SFT warm-up: demonstrations follow each env's plan, the loss reads action tokens only,
+the cached policy's recipe is the sum of its envs' plans, and every expert action fits the
+per-turn token budget the policy is evaluated with."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agentlab import models, sft
+from agentlab.envs import ENV_IDS, WarmUp, env_class, make
+from agentlab.evaluate import split_tasks
+from agentlab.models import load_policy
+from agentlab.rollout import ACTION, pad_batch
+
+GUESS, MAZE = "agentlab/GuessNumber-v0", "agentlab/Maze-v0"
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_path):
+    return load_policy(str(tiny_path))
+
+
+def test_demonstrations_follow_each_envs_plan(policy):
+    demos = sft.demonstrations(policy, [GUESS, MAZE], seed=0, episodes=60)
+    guess, maze = demos[:60], demos[60:]
+    assert all(d.env_id == GUESS for d in guess) and all(d.env_id == MAZE for d in maze)
+    plan = env_class(MAZE).warm_up
+    assert [d.difficulty for d in maze] == [plan.levels[i % len(plan.levels)] for i in range(60)]
+    assert {d.difficulty for d in guess} == set(env_class(GUESS).warm_up.levels)
+    # GuessNumber's biased demonstrator opens with the lowest number, the expert with the middle one.
+    lazy = np.mean([d.actions[0] == "guess(1)" for d in guess])
+    share = env_class(GUESS).warm_up.imperfect_share
+    assert abs(lazy - share) < 0.2, (lazy, share)
+    experts = sft.demonstrations(policy, [GUESS], seed=0, episodes=40, imperfect_share=0.0)
+    assert all(d.actions[0] == "guess(8)" and d.success for d in experts)
+
+
+def test_sft_loss_is_the_mean_nll_of_action_tokens(policy):
+    demos = sft.demonstrations(policy, [GUESS], seed=1, episodes=4)
+    batch = pad_batch(demos, policy.pad_id)
+    mask = batch["loss_mask"]
+    roles = [torch.tensor(d.roles[1:]) for d in demos]
+    for row, r in zip(mask, roles):
+        assert torch.equal(row[: len(r)].bool(), r == ACTION) and not row[len(r):].any()
+    with torch.no_grad():
+        logp = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1), every position
+        expected = -(logp * mask).sum() / mask.sum()
+        assert torch.allclose(sft.sft_loss(policy, batch), expected, atol=1e-5)
+
+
+def test_warm_recipe_sums_the_plans_and_changes_with_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
+    calls = []
+
+    def no_training(policy, demos, steps, *args, **kwargs):  # what SFT was asked to do, not done
+        calls.append((len(demos), steps))
+        return [2.0, 1.0]
+
+    monkeypatch.setattr(sft, "sft", no_training)
+    prof = models.profile("ci")
+    path = sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False)
+    plans = [env_class(e).warm_up for e in (GUESS, MAZE)]
+    report = json.loads((path / "sft.json").read_text())
+    assert calls == [(sum(p.episodes for p in plans), sum(p.steps for p in plans))]
+    assert report["steps"] == sum(p.steps for p in plans) and report["envs"] == [GUESS, MAZE]
+    assert sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) == path and len(calls) == 1  # cached
+    monkeypatch.setattr(env_class(MAZE), "warm_up", dataclasses.replace(plans[1], steps=plans[1].steps + 1))
+    assert sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) != path  # a new plan, a new policy
+
+
+def test_warm_up_plans_are_sane():
+    for env_id in ENV_IDS:
+        plan = env_class(env_id).warm_up
+        assert isinstance(plan, WarmUp) and plan.episodes > 0 and plan.steps > 0
+        assert 0.0 <= plan.imperfect_share <= 1.0
+        assert set(plan.levels) <= set(range(env_class(env_id).max_difficulty + 1)), env_id
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_every_expert_action_fits_the_turn_budget(policy, env_id):
+    """An action that does not end within the budget is invalid, so a budget shorter than the
+    expert's actions would cap the warmed policy's success below what it learned."""
+    budget = models.profile("ci").turn_tokens(env_id)
+    env = make(env_id)
+    longest = 0
+    for task in split_tasks(env_id, "eval"):
+        env.reset(seed=0, options={"task": task})
+        while True:
+            action = env.expert_action()
+            longest = max(longest, len(policy.encode(action)) + 1)  # + end-of-turn
+            _, _, term, trunc, _ = env.step(action)
+            if term or trunc:
+                break
+    env.close()
+    assert longest <= budget, f"{env_id}: the expert needs {longest} tokens per turn, the budget is {budget}"
