@@ -20,9 +20,11 @@ import functools
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -372,11 +374,45 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
             f"{quantization} loading needs bitsandbytes, which cannot be imported here ({err}). "
             "Install it (pip install bitsandbytes) or load without quantization."
         ) from err
+    fix_bitsandbytes_cpu()
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
     )
+
+
+@functools.cache
+def fix_bitsandbytes_cpu() -> bool:
+    """Make bitsandbytes' 4-bit dequantisation exact on CPUs with AVX512; True if it was needed.
+
+    bitsandbytes 0.50 quantises a weight matrix in blocks of 64 consecutive weights of the
+    flattened matrix, but its AVX512 CPU kernel that turns the codes back into weights cuts
+    each *row* into blocks. The two agree only when a row is a whole number of blocks: the
+    tiny model's rows of 96 inputs are not, and on such a CPU every 4-bit layer computed with
+    weights up to 0.47 block-absmax off (measured; a real model's rows of 896 or 1,536 inputs
+    are whole blocks). This replaces that CPU kernel, for this process, by the plain reading of
+    the format below. Loading in 4-bit calls it; call it yourself before using
+    `bitsandbytes.functional.dequantize_4bit` directly.
+    """
+    import bitsandbytes.functional as bnbf
+    from bitsandbytes.backends.cpu import ops as cpu_ops
+
+    if not getattr(cpu_ops, "_has_avx512", False):  # the row-blocked kernel is registered only there
+        return False
+
+    def dequantize_4bit(A, absmax, blocksize, quant_type, shape, dtype):
+        n = math.prod(shape)
+        packed = A.view(torch.uint8).reshape(-1)  # two 4-bit codes per byte, the first in the high half
+        codes = torch.stack([packed >> 4, packed & 15], dim=1).reshape(-1)[:n].long()  # (n,)
+        levels = bnbf.get_4bit_type(quant_type, device=A.device)  # (16,) the NF4 or FP4 values
+        scales = absmax.float().repeat_interleave(blocksize)[:n]  # (n,) each weight's block absmax
+        return (levels[codes] * scales).reshape(shape).to(dtype)
+
+    with warnings.catch_warnings():  # torch warns that a kernel is overridden: that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        torch.library.register_kernel("bitsandbytes::dequantize_4bit", "cpu", dequantize_4bit)
+    return True
 
 
 def _keep_cpu_4bit_layout(model) -> None:

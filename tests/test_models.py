@@ -163,3 +163,20 @@ def test_error_tokenizer_without_chat_template(tiny_path, tmp_path):
 def test_error_unknown_quantization(tiny_path):
     with pytest.raises(PolicyLoadError, match="quantization"):
         load_policy(str(tiny_path), quantization="3bit")
+
+
+def test_4bit_weights_read_back_exactly_in_rows_that_are_not_whole_blocks(tiny_path):
+    """The tiny model's rows of 96 inputs are 1.5 blocks of 64: bitsandbytes' AVX512 CPU kernel
+    read such rows back wrongly (`fix_bitsandbytes_cpu`); every CPU must give the NF4 values."""
+    import bitsandbytes.functional as bnbf
+
+    load_policy(str(tiny_path), quantization="4bit")  # loading in 4-bit applies the fix where needed
+    torch.manual_seed(0)
+    W = torch.randn(256, 96) * 0.05  # (d_out, d_in), d_in not a multiple of 64
+    packed, state = bnbf.quantize_4bit(W, blocksize=64, quant_type="nf4")
+    levels = bnbf.get_4bit_type("nf4", device="cpu")
+    blocks = W.reshape(-1, 64)
+    absmax = blocks.abs().amax(dim=1, keepdim=True)
+    codes = torch.bucketize(blocks / absmax, (levels[1:] + levels[:-1]) / 2)
+    expected = (levels[codes] * absmax).reshape(W.shape)
+    assert torch.equal(bnbf.dequantize_4bit(packed, state), expected)
