@@ -139,7 +139,7 @@ def render(head: str, sections: list[dict], kept_gpu: str) -> str:
 
 def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
     """The sections of an earlier results file (title -> section, as `run_section` returns them)
-    and the date and git revision it was written at, for ``--merge``."""
+    and the date, git revision and machine it was written at, for ``--merge``."""
     if not out.exists():
         return {}, ""
     text = out.read_text()
@@ -147,13 +147,15 @@ def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
     text = text[:gpu] if gpu >= 0 else text
     date = re.search(r"- \*\*date\*\*: (.*)", text)
     rev = re.search(r"- \*\*code\*\*: git (.*)", text)
+    machine = re.search(r"- \*\*machine\*\*: (.*)", text)
     found = {}
     for name, (title, _) in SECTIONS.items():
         match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure._\n\n(.*?)(?=\n## |\Z)", text, re.S)
         if match:
             found[name] = {"name": name, "title": title, "body": match.group(2).strip(), "error": None,
                            "seconds": float(match.group(1))}
-    return found, f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'})"
+    where = f", on {machine.group(1)}" if machine else ""
+    return found, f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'}{where})"
 
 
 def kept_gpu_sections(out: Path) -> str:
