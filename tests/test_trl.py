@@ -14,7 +14,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import pytest
 import torch
 
-from agentlab.envs import make
+from agentlab.envs import env_class, make
 from agentlab.integrations.trl import (TASK_KEY, EpisodeRollout, build_dataset, episode_batch, from_dataset,
                                        reward_funcs, task_of_prompt, to_dataset, tool_environment)
 from agentlab.models import LoraSettings, Policy, load_policy
@@ -187,6 +187,17 @@ def test_episode_rollout_refuses_vllm():
 
     with pytest.raises(ValueError, match="use_vllm=False"):
         EpisodeRollout(GUESS)([], Trainer())
+
+
+def test_turn_budget_defaults_to_the_envs_action_tokens():
+    from agentlab.integrations.trl_train import TRLRun, turn_tokens
+
+    for env_id in (GUESS, MATH, "agentlab/SQL-v0", "agentlab/Code-v0"):  # 24 tokens cut SQL's and Code's actions
+        budget = env_class(env_id).action_tokens
+        assert EpisodeRollout(env_id).max_new_tokens == budget
+        assert turn_tokens(TRLRun(env_id=env_id)) == turn_tokens(TRLRun(env_id=env_id, mode="single")) == budget
+    assert EpisodeRollout("SQL", max_new_tokens=7).max_new_tokens == 7
+    assert turn_tokens(TRLRun(env_id="SQL", max_new_tokens=7)) == 7
 
 
 def test_trl_train_command_line(trl, tiny_path, tmp_path):

@@ -273,7 +273,8 @@ class EpisodeRollout:
     them, with ``env_mask`` 0 on observation tokens so only the policy's tokens carry loss.
     Token provenance is agentlab's: action ids exactly as sampled, logprobs from sampling.
 
-    ``max_new_tokens`` caps each turn; the whole completion is kept within the trainer's
+    ``max_new_tokens`` caps each turn (None: the env's ``action_tokens``, which fits its expert's
+    longest action); the whole completion is kept within the trainer's
     ``max_completion_length`` (an episode that would pass it ends as truncated). The episodes
     of the last call are kept in ``last_trajectories`` (e.g. for `to_dataset`).
 
@@ -282,10 +283,10 @@ class EpisodeRollout:
     Generation uses the training model, not vLLM: with ``use_vllm=True`` this raises.
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict | None = None, max_new_tokens: int = 24):
+    def __init__(self, env_id: str, env_kwargs: dict | None = None, max_new_tokens: int | None = None):
         self.env_id = full_env_id(env_id)
         self.env_kwargs = dict(env_kwargs or {})
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens or env_class(self.env_id).action_tokens
         self.last_trajectories: list[Trajectory] = []
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:

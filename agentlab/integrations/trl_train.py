@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from agentlab.integrations.trl import EpisodeRollout, build_dataset, full_env_id, reward_funcs
+from agentlab.envs import env_class
 from agentlab.models import LoraSettings, load_policy
 
 MODES = ("episode", "single")
@@ -47,7 +48,7 @@ class TRLRun:
     limit: int | None = None  # use only the first N tasks of the split (after the difficulty filter)
     prompts_per_step: int = 2  # distinct tasks per step on each process
     num_generations: int = 4  # samples per task: GRPO's group size
-    max_new_tokens: int = 24  # tokens per turn (episode) or per completion (single)
+    max_new_tokens: int | None = None  # tokens per turn (episode) or completion (single); None: env.action_tokens
     max_completion_length: int = 384  # tokens per episode, actions and observations together (episode)
     lr: float = 2e-3  # learning rate (constant)
     lora_r: int = 8  # LoRA rank; 0 trains every weight
@@ -67,11 +68,16 @@ def device_for(run: TRLRun) -> str:
     return f"cuda:{PartialState().local_process_index}"
 
 
+def turn_tokens(run: TRLRun) -> int:
+    """Tokens per turn: ``run.max_new_tokens``, or the env's ``action_tokens`` when it is None."""
+    return run.max_new_tokens or env_class(run.env_id).action_tokens
+
+
 def grpo_config(run: TRLRun, device: str):
     """TRL's config for the run; every batch size is counted in completions."""
     from trl import GRPOConfig
 
-    completion_tokens = run.max_completion_length if run.mode == "episode" else run.max_new_tokens
+    completion_tokens = run.max_completion_length if run.mode == "episode" else turn_tokens(run)
     return GRPOConfig(
         output_dir=run.out, max_steps=run.steps, learning_rate=run.lr, lr_scheduler_type="constant",
         per_device_train_batch_size=run.prompts_per_step * run.num_generations,
@@ -94,7 +100,7 @@ def build_trainer(run: TRLRun, callbacks: list | None = None):
     policy = load_policy(run.model, quantization=run.quantization, lora=lora, device=device)
     policy.tokenizer.padding_side = "left"  # TRL left-pads prompts
     dataset = build_dataset(run.env_id, split=run.split, limit=run.limit, difficulty=run.difficulty)
-    rollout_func = EpisodeRollout(run.env_id, max_new_tokens=run.max_new_tokens) if run.mode == "episode" else None
+    rollout_func = EpisodeRollout(run.env_id, max_new_tokens=turn_tokens(run)) if run.mode == "episode" else None
     trainer = GRPOTrainer(
         model=policy.model, processing_class=policy.tokenizer, args=grpo_config(run, device),
         reward_funcs=reward_funcs(run.env_id, eot_id=policy.eot_id), train_dataset=dataset,
@@ -142,7 +148,8 @@ def parse_args(argv: list[str] | None = None) -> TRLRun:
     p.add_argument("--limit", type=int, default=d.limit, help="use only the first N tasks")
     p.add_argument("--prompts-per-step", type=int, default=d.prompts_per_step, help="tasks per step per process")
     p.add_argument("--num-generations", type=int, default=d.num_generations, help="GRPO group size")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="tokens per turn")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                   help="tokens per turn (default: the env's action_tokens)")
     p.add_argument("--max-completion-length", type=int, default=d.max_completion_length,
                    help="tokens per episode (episode mode)")
     p.add_argument("--lr", type=float, default=d.lr, help="learning rate")
