@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+import agentlab.rollout
+from agentlab.envs import make
 from agentlab.models import load_policy
 from agentlab.rollout import (ACTION, OBSERVATION, PROMPT, SamplingSettings, load_jsonl, make_envs, pad_batch,
                               rollout, save_jsonl)
@@ -82,10 +84,25 @@ def test_only_action_tokens_carry_loss(policy, sampled):
         assert all(a < b <= c for (a, b), (c, _) in zip(spans, spans[1:]))
 
 
-def test_finished_envs_drop_out_and_turns_are_bounded(policy, sampled):
-    for traj in sampled:
-        assert 1 <= traj.num_turns <= 5
-        assert traj.terminated or traj.truncated
+def test_finished_envs_drop_out_and_turns_are_bounded(policy, monkeypatch):
+    """Envs with turn limits 1..6 finish at different turns: each turn's batch holds only the
+    envs still running, and an env truncated at its limit played exactly that many turns."""
+    batch_sizes = []
+    sample_turn = agentlab.rollout._sample_turn
+
+    def recording(decoder, logits, *args, **kwargs):
+        batch_sizes.append(len(logits))
+        return sample_turn(decoder, logits, *args, **kwargs)
+
+    monkeypatch.setattr(agentlab.rollout, "_sample_turn", recording)
+    limits = [1, 2, 3, 4, 5, 6]
+    envs = [make("agentlab/GuessNumber-v0", max_steps=k) for k in limits]
+    trajs = rollout(envs, policy, SamplingSettings(temperature=1.0, max_new_tokens=8), seeds=range(6),
+                    generator=torch.Generator().manual_seed(0))
+    assert batch_sizes == [sum(t.num_turns > k for t in trajs) for k in range(max(limits))]
+    for traj, limit in zip(trajs, limits):
+        assert traj.terminated != traj.truncated
+        assert traj.num_turns == limit if traj.truncated else 1 <= traj.num_turns <= limit
         assert len(traj.rewards) == len(traj.actions) == len(traj.components) == len(traj.infos)
 
 
