@@ -129,9 +129,9 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     for the sum of their steps. Measured on a 2-core CPU (`bench/RESULTS.md`): GuessNumber 76 s,
     Maze 151 s, Dialog 258 s, SQL 379 s, WebSearch 411 s, Code 602 s, Math 862 s; all seven
     together (7,600 steps) about 45 minutes. The demo, the notebooks and ``agentlab eval`` each
-    use the policy warmed on the env they run. Cached under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's
-    recipe, the envs and their warm-up plans, and the profile's SFT settings, so changing any
-    of them warms a new one.
+    use the policy warmed on the env they run. Cached under ``cache_dir()/warm-<hash>``; the
+    hash covers the tiny model's recipe, the envs and their warm-up plans, and the profile's
+    SFT settings, so changing any of them warms a new one.
     """
     from agentlab.envs import ENV_IDS, env_class
 

@@ -189,15 +189,15 @@ def test_episode_rollout_refuses_vllm():
         EpisodeRollout(GUESS)([], Trainer())
 
 
-def test_turn_budget_defaults_to_the_envs_action_tokens():
-    from agentlab.integrations.trl_train import TRLRun, turn_tokens
+def test_turn_budget_defaults_to_the_envs_action_tokens(trl):
+    from agentlab.integrations.trl_train import TRLRun, grpo_config
 
     for env_id in (GUESS, MATH, "agentlab/SQL-v0", "agentlab/Code-v0"):  # 24 tokens cut SQL's and Code's actions
         budget = env_class(env_id).action_tokens
         assert EpisodeRollout(env_id).max_new_tokens == budget
-        assert turn_tokens(TRLRun(env_id=env_id)) == turn_tokens(TRLRun(env_id=env_id, mode="single")) == budget
+        assert grpo_config(TRLRun(env_id=env_id, mode="single"), "cpu").max_completion_length == budget
     assert EpisodeRollout("SQL", max_new_tokens=7).max_new_tokens == 7
-    assert turn_tokens(TRLRun(env_id="SQL", max_new_tokens=7)) == 7
+    assert grpo_config(TRLRun(env_id="SQL", mode="single", max_new_tokens=7), "cpu").max_completion_length == 7
 
 
 def test_trl_train_command_line(trl, tiny_path, tmp_path):

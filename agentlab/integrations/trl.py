@@ -263,6 +263,12 @@ def _generation_model(trainer):
             model.train(was_training)
 
 
+def turn_tokens(env_id: str, max_new_tokens: int | None = None) -> int:
+    """Tokens per turn: ``max_new_tokens``, or the env's ``action_tokens`` (which fit its expert's
+    longest action) when it is None."""
+    return max_new_tokens or env_class(env_id).action_tokens
+
+
 class EpisodeRollout:
     """A TRL ``rollout_func`` that plays whole agentlab episodes with the model being trained.
 
@@ -286,7 +292,7 @@ class EpisodeRollout:
     def __init__(self, env_id: str, env_kwargs: dict | None = None, max_new_tokens: int | None = None):
         self.env_id = full_env_id(env_id)
         self.env_kwargs = dict(env_kwargs or {})
-        self.max_new_tokens = max_new_tokens or env_class(self.env_id).action_tokens
+        self.max_new_tokens = turn_tokens(self.env_id, max_new_tokens)
         self.last_trajectories: list[Trajectory] = []
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-from agentlab.integrations.trl import EpisodeRollout, build_dataset, full_env_id, reward_funcs
-from agentlab.envs import env_class
+from agentlab.integrations.trl import EpisodeRollout, build_dataset, full_env_id, reward_funcs, turn_tokens
 from agentlab.models import LoraSettings, load_policy
 
 MODES = ("episode", "single")
@@ -68,16 +67,11 @@ def device_for(run: TRLRun) -> str:
     return f"cuda:{PartialState().local_process_index}"
 
 
-def turn_tokens(run: TRLRun) -> int:
-    """Tokens per turn: ``run.max_new_tokens``, or the env's ``action_tokens`` when it is None."""
-    return run.max_new_tokens or env_class(run.env_id).action_tokens
-
-
 def grpo_config(run: TRLRun, device: str):
     """TRL's config for the run; every batch size is counted in completions."""
     from trl import GRPOConfig
 
-    completion_tokens = run.max_completion_length if run.mode == "episode" else turn_tokens(run)
+    completion_tokens = run.max_completion_length if run.mode == "episode" else turn_tokens(run.env_id, run.max_new_tokens)
     return GRPOConfig(
         output_dir=run.out, max_steps=run.steps, learning_rate=run.lr, lr_scheduler_type="constant",
         per_device_train_batch_size=run.prompts_per_step * run.num_generations,
@@ -100,7 +94,7 @@ def build_trainer(run: TRLRun, callbacks: list | None = None):
     policy = load_policy(run.model, quantization=run.quantization, lora=lora, device=device)
     policy.tokenizer.padding_side = "left"  # TRL left-pads prompts
     dataset = build_dataset(run.env_id, split=run.split, limit=run.limit, difficulty=run.difficulty)
-    rollout_func = EpisodeRollout(run.env_id, max_new_tokens=turn_tokens(run)) if run.mode == "episode" else None
+    rollout_func = EpisodeRollout(run.env_id, max_new_tokens=run.max_new_tokens) if run.mode == "episode" else None
     trainer = GRPOTrainer(
         model=policy.model, processing_class=policy.tokenizer, args=grpo_config(run, device),
         reward_funcs=reward_funcs(run.env_id, eot_id=policy.eot_id), train_dataset=dataset,
