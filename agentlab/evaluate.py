@@ -14,7 +14,9 @@ question about a policy:
                         database's tables are renamed?
     thinking_budget     does it do better when allowed more tokens per turn (S27)?
     reflect             does one retry, told why the first attempt failed, fix it (S26)?
-    run_expert          the scripted expert's score: the ceiling of the env itself
+    run_expert          the scripted expert's score: the ceiling of the env itself (and,
+                        with ``biased=True``, the score of the habit the warm-up's careless
+                        demonstrations teach)
 
 The sampling functions run the policy (`_play`) and the scoring helpers below them
 (`pass_at_k_rates`, `best_of_n_pick`, ...) only count, so they can be checked by hand on
@@ -29,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from agentlab.envs import env_class, make
@@ -355,26 +358,33 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
 
 
 def run_expert(env_id: str, split: str = "eval", episodes: int | None = None,
-               env_kwargs: dict | None = None, tasks: Sequence[Task] | None = None) -> EvalResult:
-    """The env's scripted expert on the tasks of ``split`` (or on ``tasks``), scored like a policy (no model)."""
+               env_kwargs: dict | None = None, tasks: Sequence[Task] | None = None,
+               biased: bool = False) -> EvalResult:
+    """The env's scripted expert on the tasks of ``split`` (or on ``tasks``), scored like a policy (no model).
+
+    ``biased=True`` plays the env's deliberately imperfect demonstrator instead (`imperfect_action`,
+    the careless share of the SFT warm-up) on every turn: what a policy that copied that habit
+    and nothing else would score, e.g. GuessNumber's "lowest number still possible".
+    """
     tasks = list(tasks) if tasks is not None else split_tasks(env_id, split)
     episodes = len(tasks) if episodes is None else episodes
     env = make(env_id, **(env_kwargs or {}))
     trajs = []
     try:
         for i in range(episodes):
-            trajs.append(_expert_episode(env, tasks[i % len(tasks)], seed=i))
+            trajs.append(_expert_episode(env, tasks[i % len(tasks)], seed=i, biased=biased))
     finally:
         env.close()
     return summarise(env_id, split, trajs, greedy=True)
 
 
-def _expert_episode(env, task: Task, seed: int) -> Trajectory:
+def _expert_episode(env, task: Task, seed: int, biased: bool = False) -> Trajectory:
     obs, info = env.reset(seed=seed, options={"task": task})
+    rng = np.random.default_rng(seed)
     traj = Trajectory(env_id=_full_id(env.name), task_id=info["task_id"], difficulty=int(info["difficulty"]),
                       messages=[{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}])
     while True:
-        action = env.expert_action()
+        action = env.imperfect_action(rng) if biased else env.expert_action()
         obs, reward, term, trunc, info = env.step(action)
         traj.actions.append(action)
         traj.messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]

@@ -11,9 +11,13 @@ at which difficulty levels, how many SFT steps, and the biased share). GuessNumb
 need 300 episodes and 300 steps. Envs whose actions copy names, values or numbers out of the
 conversation need 5 to 20 times the episodes and 3 to 10 times the steps: after 300 steps (on
 3,000 episodes) the tiny model wrote the same Math steps whatever the question.
-Where the biased demonstrator always fails (SQL's and Code's careless answers) or fails a
-third of the level-0 problems (Math's left-to-right reading), its share stays below a half, so
-that greedy decoding follows the expert's habit and RL still meets the biased one in samples.
+Where the biased demonstrator rarely wins at the levels demonstrated (SQL's and Code's careless
+answers: 0 and 1 of the 40 level-0/1 eval tasks; Math's left-to-right reading: 6 of 20 at level
+0), its share stays below a half, so that greedy decoding follows the expert's habit and RL
+still meets the biased one in samples. Where it is the majority (GuessNumber, 60%), greedy
+decoding repeats it move for move: on the 20 level-0 eval tasks the warmed policy's greedy
+episodes are exactly the lazy demonstrator's (3 won), which is where the demo's RL starts.
+`bench/RESULTS.md` (warm-up section) scores each env's biased demonstrator next to the policy.
 
 Demonstrations are built token by token exactly as `rollout` builds a trajectory, and the
 loss is on action tokens only (the end-of-turn token included).

@@ -8,6 +8,8 @@ profile's per-turn token budget on the env (`Profile.turn_tokens`):
 
 * the warmed policy, greedy (one episode per task) and sampled at temperature 1;
 * the untrained tiny model, sampled: the "random policy" of a language model;
+* the env's biased demonstrator alone (`run_expert(biased=True)`): the habit the careless share of
+  the warm-up shows, i.e. what a policy that copied only that habit would score;
 * the env's scripted expert: the ceiling of the env.
 
 Every rate comes with its number of episodes and a 95% Wilson interval (`agentlab.evaluate`).
@@ -38,6 +40,13 @@ def by_level(result) -> str:
     return " / ".join(f"{sum(w) / len(w):.2f}".rstrip("0").rstrip(".") for _, w in sorted(wins.items()))
 
 
+def same_actions(result, other) -> float:
+    """Share of tasks on which ``result`` took exactly the actions of ``other`` (one episode per task each)."""
+    pairs = list(zip(result.trajectories, other.trajectories))
+    assert all(a.task_id == b.task_id for a, b in pairs)
+    return sum(a.actions == b.actions for a, b in pairs) / len(pairs)
+
+
 def plan_text(plan) -> str:
     levels = ",".join(str(d) for d in sorted(set(plan.levels)))
     return f"{plan.episodes} ep. (levels {levels}), {plan.steps} steps, {plan.imperfect_share:.0%} biased"
@@ -64,16 +73,19 @@ def run(quick: bool = False) -> str:
                            max_new_tokens=budget)
         random_ = evaluate(untrained, env_id, tasks=tasks, greedy=False, max_new_tokens=budget)
         expert = run_expert(env_id, tasks=tasks)
+        biased = run_expert(env_id, tasks=tasks, biased=True)
         name = env_id.split("/")[-1]
         above = greedy.success_ci95[0] > random_.success_ci95[1]
         below = greedy.success_ci95[1] < expert.success_ci95[0]
         verdicts.append((name, above, below))
         rows.append([name, plan_text(env_class(env_id).warm_up), f"{report['demo_seconds'] + report['sft_seconds']:.0f}",
                      f"{report['loss_last']:.2f}", budget, rate(greedy), by_level(greedy), rate(sampled),
-                     rate(random_), rate(expert), f"{greedy.invalid_rate:.2f}",
+                     rate(random_), rate(biased), rate(expert),
+                     f"{same_actions(greedy, biased):.2f} / {same_actions(greedy, expert):.2f}",
+                     f"{greedy.invalid_rate:.2f}",
                      "yes" if above and below else "no"])
         print(f"  {name}: greedy {rate(greedy)} ({by_level(greedy)}), sampled {rate(sampled)}, "
-              f"untrained {rate(random_)}, expert {rate(expert)}", flush=True)
+              f"untrained {rate(random_)}, biased demonstrator {rate(biased)}, expert {rate(expert)}", flush=True)
     clear = [n for n, above, below in verdicts if above and below]
     not_above = [n for n, above, _ in verdicts if not above]
     not_below = [n for n, _, below in verdicts if not below]
@@ -84,13 +96,19 @@ def run(quick: bool = False) -> str:
         f"env's file: distinct demonstrations, the levels they cycle through, SFT steps of {prof.sft_batch} "
         f"episodes, and the share acted by the env's deliberately imperfect demonstrator). Success on the eval "
         f"split ({n} tasks, every level) with a 95% interval: greedy once per task, sampled {SAMPLES_PER_TASK} "
-        f"times per task, the untrained model sampled once per task, the scripted expert once per task. "
+        f"times per task, the untrained model sampled once per task, the env's biased demonstrator and its "
+        f"scripted expert once per task. "
         f"Warm-up s is the build time recorded in the policy's `sft.json` (demonstrations + SFT, when it was "
         f"built); tokens is the per-turn budget on the env.",
         "",
         table(["env", "warm-up plan", "warm-up s", "SFT loss at the end", "tokens per turn", "warmed, greedy",
-               "greedy by level 0 / 1 / 2 / 3", "warmed, sampled", "untrained model", "expert",
-               "invalid actions (greedy)", "clearly between"], rows),
+               "greedy by level 0 / 1 / 2 / 3", "warmed, sampled", "untrained model", "biased demonstrator", "expert",
+               "greedy episode = biased / = expert", "invalid actions (greedy)", "clearly between"], rows),
+        "",
+        "*Greedy episode = biased / = expert*: the share of tasks on which the greedy episode took exactly the "
+        "actions of the biased demonstrator, and of the expert. Where the first is near 1, SFT taught greedy "
+        "decoding the careless habit and nothing else, so its success can be no better than that habit's "
+        "(the biased demonstrator column).",
         "",
         f"**Goal {goal}**: the warmed policy is clearly between the untrained model and the expert (its greedy "
         f"interval above the one's and below the other's) on {len(clear)} of {len(verdicts)} envs: "

@@ -141,6 +141,17 @@ def test_expert_solves_every_eval_task(env_id):
     json.dumps(r.to_dict())
 
 
+def test_biased_demonstrator_plays_the_careless_habit():
+    # GuessNumber's careless demonstrator guesses the lowest number still possible: 1, 2, 3, ...
+    r = run_expert("GuessNumber", "eval", biased=True)
+    targets = {task.id: task.answer for task in split_tasks("GuessNumber", "eval")}
+    for t in [t for t in r.trajectories if t.difficulty == 0]:  # the range is 1..16, five guesses
+        target = targets[t.task_id]
+        assert t.actions == [f"guess({n})" for n in range(1, min(target, 5) + 1)], (t.task_id, t.actions)
+        assert t.success == (target <= 5) and t.truncated == (target > 5)
+    assert r.invalid_rate == 0.0 and r.success_rate < run_expert("GuessNumber", "eval").success_rate
+
+
 def test_expert_episodes_cycle_through_the_tasks():
     r = run_expert("GuessNumber", "paraphrase", episodes=45)
     assert (r.episodes, r.tasks) == (45, 40)
