@@ -189,6 +189,9 @@ def setup_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="number of updates; default: the profile's")
     p.add_argument("--difficulty", type=int, default=0)
     p.add_argument("--policy", default=None, help="model folder or hub id; default: the profile's")
+    p.add_argument("--imperfect-share", type=float, default=None,
+                   help="tiny profiles: share of biased demonstrations in the SFT warm-up the run starts from "
+                        "(default: the env's plan; the demo warms GuessNumber with 0.6)")
     p.add_argument("--out", default=None, help="run folder; default: runs/<env>-<algo>")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--seed", type=int, default=0)
@@ -202,7 +205,8 @@ def run_train(args: argparse.Namespace) -> int:
     name = f"{env_class(args.env).name.lower()}-{args.algo}"
     cfg = TrainConfig(env_id=args.env if "/" in args.env else f"agentlab/{args.env}-v0", algo=args.algo,
                       profile=args.profile, updates=args.steps, difficulty=args.difficulty, policy=args.policy,
-                      name=name, out_dir=args.out or f"runs/{name}", seed=args.seed)
+                      imperfect_share=args.imperfect_share, name=name, out_dir=args.out or f"runs/{name}",
+                      seed=args.seed)
     result = train(cfg, resume=args.resume)
     first, last = result.evals[0], result.evals[-1]
     print(f"greedy held-out success: {first['success_rate']:.2f} (update {first['update']}) -> "

@@ -270,22 +270,24 @@ class LoraSettings:
     )
 
 
-def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None) -> str:
+def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None,
+                          imperfect_share: float | None = None) -> str:
     """What the profile trains and evaluates: on the tiny profiles the SFT-warmed tiny policy
-    (warmed on ``envs``, built and cached on first use), on ``gpu`` the instruct model."""
+    (warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces the envs'
+    biased share of the warm-up), on ``gpu`` the instruct model, which has no warm-up."""
     prof = prof or profile()
     if prof.model != TINY:
         return prof.model
     from agentlab.sft import warm_policy_path
 
-    return str(warm_policy_path(prof, envs=envs))
+    return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share))
 
 
 def profile_policy(prof: Profile | None = None, envs: list[str] | str | None = None,
-                   lora: "LoraSettings | bool | None" = None) -> "Policy":
+                   lora: "LoraSettings | bool | None" = None, imperfect_share: float | None = None) -> "Policy":
     """Load the profile's policy (see `profile_policy_source`) with the profile's quantization."""
     prof = prof or profile()
-    return load_policy(profile_policy_source(prof, envs), quantization=prof.quantization, lora=lora)
+    return load_policy(profile_policy_source(prof, envs, imperfect_share), quantization=prof.quantization, lora=lora)
 
 
 class PolicyLoadError(RuntimeError):

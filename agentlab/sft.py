@@ -14,9 +14,13 @@ conversation need 5 to 20 times the episodes and 3 to 10 times the steps: after 
 Where the biased demonstrator rarely wins at the levels demonstrated (SQL's and Code's careless
 answers: 0 and 1 of the 40 level-0/1 eval tasks; Math's left-to-right reading: 6 of 20 at level
 0), its share stays below a half, so that greedy decoding follows the expert's habit and RL
-still meets the biased one in samples. Where it is the majority (GuessNumber, 60%), greedy
-decoding repeats it move for move: on the 20 level-0 eval tasks the warmed policy's greedy
-episodes are exactly the lazy demonstrator's (3 won), which is where the demo's RL starts.
+still meets the biased one in samples. Where it is the majority, greedy decoding repeats it
+move for move: warmed with 60% lazy GuessNumber episodes, the policy's greedy episodes on the
+20 level-0 eval tasks are exactly the lazy demonstrator's (3 won), and on the whole eval split
+it cannot be told from the untrained model. GuessNumber's own plan is therefore half and half.
+The GRPO demo and the course's GuessNumber notebooks warm with 60% on purpose
+(``warm_policy_path(imperfect_share=agentlab.demo.LAZY_SHARE)``): RL then has a habit to trade
+for a better one, and learns faster than from a start that already bisects (`agentlab.demo`).
 `bench/RESULTS.md` (warm-up section) scores each env's biased demonstrator next to the policy.
 
 Demonstrations are built token by token exactly as `rollout` builds a trajectory, and the
@@ -125,17 +129,19 @@ def sft(policy, demos: list[Trajectory], steps: int, batch_size: int, lr: float,
 
 
 def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None = None, force: bool = False,
-                     progress: bool = True) -> Path:
+                     progress: bool = True, imperfect_share: float | None = None) -> Path:
     """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
 
     ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings
     the demonstrations and SFT steps of its `WarmUp`, so a policy warmed on several envs trains
-    for the sum of their steps. Measured on a 2-core CPU (`bench/RESULTS.md`): GuessNumber 76 s,
-    Maze 151 s, Dialog 258 s, SQL 379 s, WebSearch 411 s, Code 602 s, Math 862 s; all seven
-    together (7,600 steps) about 45 minutes. The demo, the notebooks and ``agentlab eval`` each
-    use the policy warmed on the env they run. Cached under ``cache_dir()/warm-<hash>``; the
-    hash covers the tiny model's recipe, the envs and their warm-up plans, and the profile's
-    SFT settings, so changing any of them warms a new one.
+    for the sum of their steps. ``imperfect_share``, if given, replaces every env's biased share
+    (the GRPO demo warms GuessNumber with `agentlab.demo.LAZY_SHARE`). Measured on a 2-core CPU
+    (`bench/RESULTS.md`): GuessNumber 73 s, Maze 166 s, Dialog 338 s, SQL 373 s, WebSearch 444 s,
+    Code 592 s, Math 863 s; all seven together (7,600 steps) about 45 minutes. The demo, the
+    notebooks and ``agentlab eval`` each use the policy warmed on the env they run. Cached under
+    ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
+    warm-up plans (with the share given here), and the profile's SFT settings, so changing any
+    of them warms a new one.
     """
     from agentlab.envs import ENV_IDS, env_class
 
@@ -143,7 +149,11 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
     env_ids = [e if e in ENV_IDS else f"agentlab/{env_class(e).name}-v0" for e in env_ids]
     base = build_tiny(prof, verbose=progress)
+    if imperfect_share is not None and not 0.0 <= imperfect_share <= 1.0:
+        raise ValueError(f"imperfect_share is the share of biased demonstrations, between 0 and 1; got {imperfect_share}")
     plans = {e: env_class(e).warm_up for e in env_ids}
+    if imperfect_share is not None:
+        plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}
     steps = sum(plan.steps for plan in plans.values())
     recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
               "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
@@ -158,7 +168,7 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     torch.manual_seed(prof.seed)
     policy = load_policy(str(base), device="cpu")
     t0 = time.time()
-    demos = demonstrations(policy, env_ids, seed=prof.seed)
+    demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share)
     t_demo = time.time() - t0
     losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
     report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),

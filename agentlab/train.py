@@ -49,6 +49,7 @@ class TrainConfig:
     algo: str = "grpo"  # "grpo" or "ppo"
     profile: str | None = None  # "ci", "cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
     policy: str | None = None  # model folder or hub id; None = the profile's (warmed tiny policy on CPU)
+    imperfect_share: float | None = None  # biased share of the tiny policy's warm-up; None = the env's plan
     quantization: str | None = "profile"  # None, "4bit", "8bit" or "profile"
     lora_r: int | None = None  # LoRA rank
     updates: int | None = None  # number of updates
@@ -97,7 +98,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
 def load_training_policy(cfg: TrainConfig) -> Policy:
     """The policy to train: a LoRA adapter on the profile's (or the given) base model."""
-    source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id])
+    source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id],
+                                                 imperfect_share=cfg.imperfect_share)
     return load_policy(source, quantization=cfg.quantization, lora=LoraSettings(r=cfg.lora_r, alpha=2 * cfg.lora_r))
 
 

@@ -17,8 +17,10 @@ def tiny_path():
 
 @pytest.fixture(scope="session")
 def warm_path():
-    """The ci profile's tiny policy warmed on GuessNumber (cached in AGENTLAB_CACHE across runs)."""
+    """The ci profile's tiny policy warmed on GuessNumber as the demo warms it, with the lazy
+    habit in the majority (cached in AGENTLAB_CACHE across runs): the start the RL tests train from."""
     from agentlab import models
+    from agentlab.demo import DEMO_ENV, LAZY_SHARE
     from agentlab.sft import warm_policy_path
 
-    return warm_policy_path(models.profile("ci"), envs=["agentlab/GuessNumber-v0"], progress=False)
+    return warm_policy_path(models.profile("ci"), envs=[DEMO_ENV], progress=False, imperfect_share=LAZY_SHARE)

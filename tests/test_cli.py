@@ -77,3 +77,20 @@ def test_each_subcommand_is_one_entry():
     for name, (_, run) in COMMANDS.items():
         assert sub.choices[name].get_default("run") is run
     assert main([]) == 2
+
+
+def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys):
+    import agentlab.train
+
+    seen = []
+
+    def no_training(cfg, resume=False):  # what the command asked for, not trained
+        seen.append(cfg)
+        evals = [{"update": 0, "success_rate": 0.25}]
+        return agentlab.train.TrainResult(policy=None, history=[], evals=evals, out_dir=tmp_path)
+
+    monkeypatch.setattr(agentlab.train, "train", no_training)
+    assert main(["train", "--env", "GuessNumber", "--imperfect-share", "0.6", "--out", str(tmp_path)]) == 0
+    assert main(["train", "--env", "GuessNumber", "--out", str(tmp_path)]) == 0
+    assert [cfg.imperfect_share for cfg in seen] == [0.6, None]  # None: the env's own plan
+    assert seen[0].env_id == "agentlab/GuessNumber-v0" and "0.25" in capsys.readouterr().out

@@ -2,10 +2,10 @@
 
 import json
 
-from agentlab.demo import run_demo
+from agentlab.demo import LAZY_SHARE, run_demo
 
 
-def test_demo_writes_the_contract(tmp_path, warm_path, capsys):
+def test_demo_writes_the_contract(tmp_path, capsys):
     path = tmp_path / "demo.json"
     summary = run_demo("ci", str(path), str(tmp_path / "demo"), updates=2)
     doc = json.loads(path.read_text())
@@ -17,5 +17,7 @@ def test_demo_writes_the_contract(tmp_path, warm_path, capsys):
         lo, hi = doc[side]["success_ci95"]
         assert 0.0 <= lo <= rate <= hi <= 1.0
     assert doc["updates"] == 2 and (tmp_path / "demo" / "demo.png").stat().st_size > 1000
+    config = json.loads((tmp_path / "demo" / "config.json").read_text())
+    assert config["imperfect_share"] == LAZY_SHARE  # the run starts from the demo's lazier warm-up
     out = capsys.readouterr().out
     assert "greedy success" in out and "guess(" in out

@@ -71,6 +71,27 @@ def test_warm_recipe_sums_the_plans_and_changes_with_them(tmp_path, monkeypatch)
     assert sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) != path  # a new plan, a new policy
 
 
+def test_warm_up_share_can_be_replaced(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
+    openings = []
+
+    def no_training(policy, demos, *args, **kwargs):  # the first guesses demonstrated, no SFT
+        openings.append({d.actions[0] for d in demos})
+        return [2.0, 1.0]
+
+    monkeypatch.setattr(sft, "sft", no_training)
+    prof = models.profile("ci")
+    paths = {share: sft.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=share)
+             for share in (None, 0.0, 1.0)}
+    assert len(set(paths.values())) == 3  # each share its own cached policy
+    assert openings[1] == {"guess(8)"} and openings[2] == {"guess(1)"}  # all expert, all lazy (level 0: 1..16)
+    assert openings[0] == {"guess(8)", "guess(1)"}  # the env's plan mixes the two
+    report = json.loads((paths[1.0] / "sft.json").read_text())
+    assert report["warm_up"][GUESS]["imperfect_share"] == 1.0
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        sft.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=60)
+
+
 def test_warm_up_plans_are_sane():
     for env_id in ENV_IDS:
         plan = env_class(env_id).warm_up

@@ -191,3 +191,20 @@ def test_config_rejects_unknown_algo_and_env(tmp_path):
         train(dataclasses.replace(small(tmp_path, "x"), algo="dqn"), progress=False)
     with pytest.raises(KeyError, match="unknown environment"):
         train(dataclasses.replace(small(tmp_path, "y"), env_id="agentlab/Nope-v0"), progress=False)
+
+
+def test_a_run_starts_from_the_warm_up_it_names(monkeypatch, tiny_path):
+    from agentlab import sft
+    from agentlab.train import load_training_policy, resolve
+
+    shares = []
+
+    def warm(prof, envs=None, imperfect_share=None, **kwargs):  # which warm-up was asked for; the tiny model stands in
+        shares.append((envs, imperfect_share))
+        return tiny_path
+
+    monkeypatch.setattr(sft, "warm_policy_path", warm)
+    for share in (0.6, None):
+        policy = load_training_policy(resolve(TrainConfig(profile="ci", imperfect_share=share)))
+        assert policy.num_parameters(trainable_only=True) > 0  # a LoRA adapter on the base
+    assert shares == [(["agentlab/GuessNumber-v0"], 0.6), (["agentlab/GuessNumber-v0"], None)]
