@@ -45,11 +45,12 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     from agentlab.sft import warm_policy_path
 
     prof = profile(profile_name)
+    cfg = demo_config(prof.name, out_dir, updates)
     t0 = time.time()
-    warm_policy_path(prof, envs=[DEMO_ENV], progress=progress, imperfect_share=LAZY_SHARE)  # cached after the first run
+    # the warm-up the run will load, built here (cached after the first run) so that it is timed apart
+    warm_policy_path(prof, envs=[cfg.env_id], progress=progress, imperfect_share=cfg.imperfect_share)
     t_warm = time.time() - t0
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
-    cfg = demo_config(prof.name, out_dir, updates)
     t1 = time.time()
     result = train(cfg, progress=progress)
     seconds = time.time() - t1
