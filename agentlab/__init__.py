@@ -9,7 +9,7 @@ register_all()
 
 def profile(name=None):
     """The active profile (``ci``, ``cpu`` or ``gpu``); see `agentlab.models.profile`."""
-    from agentlab.models import profile as _profile
+    from agentlab.profiles import profile as _profile
 
     return _profile(name)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-DEFAULT_TOKENS_PER_S = 2000.0  # the tiny policy on 2 CPU cores, measured (see DESIGN.md)
+DEFAULT_TOKENS_PER_S = 2000.0  # the tiny policy on 2 CPU cores, measured (bench/RESULTS.md: rollout, GRPO step)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-PROFILES = ("ci", "cpu", "gpu")  # as agentlab.models.PROFILES, without importing torch for --help
+PROFILES = ("ci", "cpu", "gpu")  # as agentlab.profiles.PROFILES, without importing torch for --help
 
 
 # ---------------------------------------------------------------------------- eval
@@ -43,7 +43,7 @@ def setup_eval(p: argparse.ArgumentParser) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     """Success rate of a policy on an env's held-out tasks, with a 95% interval."""
     from agentlab.evaluate import evaluate, run_expert
-    from agentlab.models import profile
+    from agentlab.profiles import profile
 
     prof = profile(args.profile)
     t0 = time.time()
@@ -70,10 +70,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def load_cli_policy(arg: str | None, prof, env_id: str):
     """``None`` -> the profile's tiny policy warmed on ``env_id``; ``"tiny"`` or a folder -> that model."""
-    from agentlab.models import load_policy
+    from agentlab.policy import load_policy
 
     if arg is None:
-        from agentlab.sft import warm_policy_path
+        from agentlab.warmup import warm_policy_path
 
         arg = str(warm_policy_path(prof, envs=[env_id]))
         return load_policy(arg), f"warm-tiny ({arg})"
@@ -199,13 +199,17 @@ def setup_train(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a policy with GRPO or PPO; metrics, checkpoints and the adapter go to --out."""
-    from agentlab.envs import env_class
+    from agentlab.envs import env_class, full_id
+    from agentlab.profiles import profile
     from agentlab.train import TrainConfig, train
+    from agentlab.warmup import profile_policy_source
 
     name = f"{env_class(args.env).name.lower()}-{args.algo}"
-    cfg = TrainConfig(env_id=args.env if "/" in args.env else f"agentlab/{args.env}-v0", algo=args.algo,
-                      profile=args.profile, updates=args.steps, difficulty=args.difficulty, policy=args.policy,
-                      imperfect_share=args.imperfect_share, name=name, out_dir=args.out or f"runs/{name}",
+    policy = args.policy
+    if policy is None and args.imperfect_share is not None:  # a warm-up of its own: start from that policy
+        policy = profile_policy_source(profile(args.profile), envs=[full_id(args.env)], imperfect_share=args.imperfect_share)
+    cfg = TrainConfig(env_id=full_id(args.env), algo=args.algo, profile=args.profile, updates=args.steps,
+                      difficulty=args.difficulty, policy=policy, name=name, out_dir=args.out or f"runs/{name}",
                       seed=args.seed)
     result = train(cfg, resume=args.resume)
     first, last = result.evals[0], result.evals[-1]

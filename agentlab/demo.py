@@ -1,18 +1,14 @@
 """`agentlab demo`: warm up the tiny policy, train it with GRPO, and show before and after.
 
 The demo trains on GuessNumber-v0 (difficulty 0: a number in 1..16, five guesses), the env
-where a multi-turn policy visibly learns on two CPU cores within minutes. The warm-up copies
-whole episodes of two demonstrators: ``LAZY_SHARE`` (60%) of them a lazy one that guesses the
-lowest number still possible, the rest the bisecting expert. That is lazier than GuessNumber's
-own warm-up plan (half and half, after which greedy decoding already bisects on most level-0
-tasks), on purpose: greedy decoding follows the majority habit and fails whenever the number
-is above 5; sampling still tries bisection now and then, those episodes win more often, and
-GRPO moves the first guess (and every later one) towards it. Bisection only pays when every
-turn uses the reply to the turn before, so the gain is a multi-turn one. Measured with
-``--profile ci``: the 60% start goes from 0.125 to 0.875 in 12 updates; from the env's own plan
-(50%) the 8 held-out games start at 0.875 and end there; from 40%, 0.50 to 0.75 in 24 updates and
-still 0.75 after 48. The tool-use envs (WebSearch, SQL) need more updates than a five-minute
-budget allows the tiny model; with a real model on a GPU the same loop trains on them.
+where a multi-turn policy visibly learns on two CPU cores within minutes. It starts from a
+warm-up lazier than GuessNumber's own plan: ``LAZY_SHARE`` of the demonstrations come from a
+lazy player who guesses the lowest number still possible, the rest from the bisecting expert.
+Greedy decoding then follows the lazy majority and fails whenever the number is high, while
+sampling still tries bisection now and then; those episodes win more often, and GRPO moves the
+first guess (and every later one) towards it. Bisection only pays when every turn uses the
+reply to the turn before, so the gain is a multi-turn one. From a start that already bisects,
+RL has much less to show (bench/RESULTS.md compares the starts).
 """
 
 from __future__ import annotations
@@ -22,34 +18,41 @@ import shutil
 import time
 from pathlib import Path
 
-from agentlab.models import profile
+from agentlab.profiles import profile
 from agentlab.train import TrainConfig, train
+from agentlab.warmup import profile_policy_source
 
 DEMO_ENV = "agentlab/GuessNumber-v0"
 LAZY_SHARE = 0.6  # the lazy demonstrator's share of the demo's warm-up (GuessNumber's own plan: 0.5)
 
 
-def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None) -> TrainConfig:
+def demo_policy(profile_name: str | None = None, progress: bool = True) -> str:
+    """The demo's starting policy: on the tiny profiles GuessNumber's warm-up with ``LAZY_SHARE``
+    lazy episodes (built and cached on first use), on ``gpu`` the profile's instruct model."""
+    return profile_policy_source(profile(profile_name), envs=[DEMO_ENV], imperfect_share=LAZY_SHARE, progress=progress)
+
+
+def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
+                policy: str | None = None) -> TrainConfig:
+    """The demo's run; ``policy`` is its starting point (default: `demo_policy`)."""
     prof = profile(profile_name)
     updates = updates or prof.rl_updates
     # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
     # lazy scan as much as a short bisection, which only blurs what the demo should show.
     return TrainConfig(env_id=DEMO_ENV, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
-                       imperfect_share=LAZY_SHARE, reward_mode="outcome", out_dir=out_dir,
+                       policy=policy or demo_policy(prof.name), reward_mode="outcome", out_dir=out_dir,
                        eval_every=max(4, updates // 3), checkpoint_every=10)
 
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
              progress: bool = True, updates: int | None = None) -> dict:
-    """Train the demo and return (and optionally write) the DESIGN.md demo JSON."""
-    from agentlab.sft import warm_policy_path
-
+    """Train the demo and return (and optionally write) its summary: the JSON that
+    ``agentlab demo --json`` writes (keys in docs/design.md)."""
     prof = profile(profile_name)
-    cfg = demo_config(prof.name, out_dir, updates)
     t0 = time.time()
-    # the warm-up the run will load, built here (cached after the first run) so that it is timed apart
-    warm_policy_path(prof, envs=[cfg.env_id], progress=progress, imperfect_share=cfg.imperfect_share)
+    start = demo_policy(prof.name, progress)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
+    cfg = demo_config(prof.name, out_dir, updates, policy=start)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
     result = train(cfg, progress=progress)

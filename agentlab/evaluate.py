@@ -1,4 +1,4 @@
-"""Evaluation that does not lie (S31): every rate with its sample size and a 95% interval.
+"""Evaluation of a policy: every rate with its sample size and a 95% interval (S31).
 
 A success rate of 0.62 means little until you know it came from 40 episodes (95% Wilson
 interval 0.47-0.76) and whether those were 40 different tasks or 4 tasks seen 10 times. So
@@ -18,9 +18,9 @@ question about a policy:
                         with ``biased=True``, the score of the habit the warm-up's careless
                         demonstrations teach)
 
-The sampling functions run the policy (`_play`) and the scoring helpers below them
-(`pass_at_k_rates`, `best_of_n_pick`, ...) only count, so they can be checked by hand on
-made-up trajectories.
+The sampling functions run the policy (`run_episodes`, `evaluate_tasks`; the training loop uses
+them too) and the scoring helpers below them (`pass_at_k_rates`, `best_of_n_pick`, ...) only
+count, so they can be checked by hand on made-up trajectories.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from agentlab.envs import env_class, make
+from agentlab.envs import env_class, full_id, make
 from agentlab.envs.base import echo
+from agentlab.metrics import episode_metrics, wilson_interval
 from agentlab.metrics import pass_at_k as unbiased_pass_at_k
-from agentlab.metrics import step_level_rates, wilson_interval
-from agentlab.rollout import SamplingSettings, Trajectory, json_safe, make_envs, rollout
+from agentlab.rollout import SamplingSettings, Trajectory, make_envs, play, rollout
 from agentlab.tasks import Task, load_tasks
 
 Verifier = Callable[[Trajectory], float]  # a score per trajectory; the highest is picked
@@ -135,14 +135,15 @@ def summarise(env_id: str, split: str, trajs: Sequence[Trajectory], greedy: bool
     ci_n = min(tasks, n) if greedy else n
     steps = [info for t in trajs for info in t.infos]
     checks = [info.get("checks") or {} for info in steps]
+    m = episode_metrics(trajs)
     return EvalResult(
-        env=_full_id(env_id), split=split, episodes=n,
-        success_rate=wins / n if n else math.nan,
+        env=full_id(env_id), split=split, episodes=n,
+        success_rate=m["success_rate"],
         success_ci95=wilson_interval(wins * ci_n / n, ci_n) if n else (0.0, 1.0),
-        mean_return=_mean([t.total_reward for t in trajs]),
-        mean_turns=_mean([t.num_turns for t in trajs]),
-        invalid_rate=_mean([float(not info.get("valid", True)) for info in steps]),
-        step_rates=step_level_rates(checks),
+        mean_return=m["mean_return"],
+        mean_turns=m["mean_turns"],
+        invalid_rate=m["invalid_rate"],
+        step_rates={k.removeprefix("step/"): v for k, v in m.items() if k.startswith("step/")},
         tasks=tasks,
         step_counts=dict(sorted(Counter(k for c in checks for k, v in c.items() if v is not None).items())),
         actions=len(steps),
@@ -163,18 +164,26 @@ def sampling(greedy: bool = True, temperature: float = 1.0, max_new_tokens: int 
     """Sampling settings; ``max_new_tokens`` defaults to the active profile's per-turn budget
     (on ``env_id`` when given: `Profile.turn_tokens`)."""
     if max_new_tokens is None:
-        from agentlab.models import profile
+        from agentlab.profiles import profile
 
         prof = profile()
         max_new_tokens = prof.turn_tokens(env_id) if env_id else prof.max_new_tokens
     return SamplingSettings(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, greedy=greedy)
 
 
-def _play(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings, env_kwargs: dict | None = None,
-          batch_size: int = 64, seed: int = 0, prefixes: Sequence[str] | None = None) -> list[Trajectory]:
-    """One episode per task, ``batch_size`` envs at a time; trajectories in task order."""
+def run_episodes(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings, env_kwargs: dict | None = None,
+         batch_size: int = 64, seed: int | None = 0, prefixes: Sequence[str] | None = None,
+         generator: torch.Generator | None = None) -> list[Trajectory]:
+    """One episode per task, ``batch_size`` envs at a time; trajectories in task order.
+
+    ``seed``: task i's env is reset with ``seed + i`` and sampling draws from a generator
+    seeded with ``seed``. ``seed=None`` leaves the envs' own generators alone and samples from
+    ``generator`` (the training loop's, so that one update's draws follow each other).
+    ``prefixes``: a note per task that its first observation starts with (reflection).
+    """
     envs = make_envs(env_id, min(batch_size, len(tasks)), **(env_kwargs or {}))
-    generator = torch.Generator(device=policy.device).manual_seed(seed)
+    if generator is None and seed is not None:
+        generator = torch.Generator(device=policy.device).manual_seed(seed)
     out: list[Trajectory] = []
     try:
         for start in range(0, len(tasks), batch_size):
@@ -182,7 +191,7 @@ def _play(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings
             batch = envs[:len(chunk)]
             if prefixes is not None:
                 batch = [_WithPrefix(e, p) for e, p in zip(batch, prefixes[start:start + batch_size])]
-            seeds = [seed + start + i for i in range(len(chunk))]
+            seeds = None if seed is None else [seed + start + i for i in range(len(chunk))]
             out += rollout(batch, policy, settings, tasks=chunk, seeds=seeds, generator=generator)
     finally:
         for env in envs:
@@ -223,7 +232,7 @@ def _sample_groups(policy, env_id: str, n: int, split: str, num_tasks: int | Non
     tasks = split_tasks(env_id, split)[:num_tasks]
     repeated = [task for task in tasks for _ in range(n)]  # contiguous groups, as in GRPO
     settings = sampling(False, temperature, max_new_tokens, env_id)
-    trajs = _play(policy, env_id, repeated, settings, env_kwargs, batch_size, seed)
+    trajs = run_episodes(policy, env_id, repeated, settings, env_kwargs, batch_size, seed)
     return tasks, [trajs[i * n:(i + 1) * n] for i in range(len(tasks))]
 
 
@@ -242,8 +251,19 @@ def evaluate(policy, env_id: str, split: str = "eval", episodes: int | None = No
     episodes = len(tasks) if episodes is None else episodes
     chosen = [tasks[i % len(tasks)] for i in range(episodes)]
     settings = sampling(greedy, temperature, max_new_tokens, env_id)
-    trajs = _play(policy, env_id, chosen, settings, env_kwargs, batch_size, seed)
-    return summarise(env_id, split, trajs, greedy)
+    return evaluate_tasks(policy, env_id, chosen, settings, env_kwargs, batch_size, seed, split)
+
+
+def evaluate_tasks(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings,
+                   env_kwargs: dict | None = None, batch_size: int = 64, seed: int | None = 0,
+                   split: str = "eval") -> EvalResult:
+    """One episode per task with exactly these sampling ``settings``, summarised (`run_episodes`, `summarise`).
+
+    `evaluate` picks the tasks and settings from a split and the profile; the training loop
+    passes its own held-out tasks and settings here.
+    """
+    trajs = run_episodes(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
+    return summarise(env_id, split, trajs, greedy=settings.greedy)
 
 
 def pass_at_k(policy, env_id: str, n: int, ks: Sequence[int] | None = None, split: str = "eval",
@@ -257,7 +277,7 @@ def pass_at_k(policy, env_id: str, n: int, ks: Sequence[int] | None = None, spli
     ks = list(ks) if ks is not None else sorted({2 ** i for i in range(int(math.log2(n)) + 1)} | {n})
     tasks, groups = _sample_groups(policy, env_id, n, split, num_tasks, temperature, max_new_tokens,
                                    env_kwargs, batch_size, seed)
-    return Comparison(_full_id(env_id), split, len(tasks), n, pass_at_k_rates(groups, ks),
+    return Comparison(full_id(env_id), split, len(tasks), n, pass_at_k_rates(groups, ks),
                       notes={"temperature": temperature}, trajectories=[t for g in groups for t in g])
 
 
@@ -272,7 +292,7 @@ def first_try_success(policy, env_id: str, k: int = 8, split: str = "eval", num_
     tasks, groups = _sample_groups(policy, env_id, k, split, num_tasks, temperature, max_new_tokens,
                                    env_kwargs, batch_size, seed)
     rates = {"first_try": first_try_rate(groups), **pass_at_k_rates(groups, sorted({1, k}))}
-    return Comparison(_full_id(env_id), split, len(tasks), k, rates, notes={"temperature": temperature},
+    return Comparison(full_id(env_id), split, len(tasks), k, rates, notes={"temperature": temperature},
                       trajectories=[t for g in groups for t in g])
 
 
@@ -298,7 +318,7 @@ def best_of_n(policy, env_id: str, n: int = 8, verifier: Verifier | None = None,
              f"best_of_{n}": Rate(sum(t.success for t in picked), len(tasks)),
              **pass_at_k_rates(groups, [n])}
     notes = {"verifier": getattr(verifier, "__name__", repr(verifier)), "temperature": temperature}
-    return Comparison(_full_id(env_id), split, len(tasks), n, rates, notes=notes, trajectories=picked)
+    return Comparison(full_id(env_id), split, len(tasks), n, rates, notes=notes, trajectories=picked)
 
 
 def robustness(policy, env_id: str, num_tasks: int | None = None, max_new_tokens: int | None = None,
@@ -345,16 +365,16 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
     """
     tasks = split_tasks(env_id, split)[:num_tasks]
     settings = sampling(greedy, temperature, max_new_tokens, env_id)
-    first = _play(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
+    first = run_episodes(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
     failed = [i for i, t in enumerate(first) if not t.success]
     prefixes = [f"Previous attempt failed: {failure_reason(first[i])}\n" for i in failed]
-    retries = _play(policy, env_id, [tasks[i] for i in failed], settings, env_kwargs, batch_size,
-                    seed + len(tasks), prefixes=prefixes) if failed else []
+    retries = run_episodes(policy, env_id, [tasks[i] for i in failed], settings, env_kwargs, batch_size,
+                   seed + len(tasks), prefixes=prefixes) if failed else []
     corrected = [t for t in retries if t.success]
     rates = {"first_try": Rate(len(tasks) - len(failed), len(tasks)),
              "after_reflection": Rate(len(tasks) - len(failed) + len(corrected), len(tasks))}
     notes = {"retried": len(failed), "fixed": len(corrected), "greedy": greedy}
-    return Comparison(_full_id(env_id), split, len(tasks), 1, rates, notes=notes, trajectories=corrected)
+    return Comparison(full_id(env_id), split, len(tasks), 1, rates, notes=notes, trajectories=corrected)
 
 
 def run_expert(env_id: str, split: str = "eval", episodes: int | None = None,
@@ -372,28 +392,12 @@ def run_expert(env_id: str, split: str = "eval", episodes: int | None = None,
     trajs = []
     try:
         for i in range(episodes):
-            trajs.append(_expert_episode(env, tasks[i % len(tasks)], seed=i, biased=biased))
+            rng = np.random.default_rng(i)
+            act = (lambda e: e.imperfect_action(rng)) if biased else (lambda e: e.expert_action())
+            trajs.append(play(env, act, tasks[i % len(tasks)], seed=i))
     finally:
         env.close()
     return summarise(env_id, split, trajs, greedy=True)
-
-
-def _expert_episode(env, task: Task, seed: int, biased: bool = False) -> Trajectory:
-    obs, info = env.reset(seed=seed, options={"task": task})
-    rng = np.random.default_rng(seed)
-    traj = Trajectory(env_id=_full_id(env.name), task_id=info["task_id"], difficulty=int(info["difficulty"]),
-                      messages=[{"role": "system", "content": env.system_prompt}, {"role": "user", "content": obs}])
-    while True:
-        action = env.imperfect_action(rng) if biased else env.expert_action()
-        obs, reward, term, trunc, info = env.step(action)
-        traj.actions.append(action)
-        traj.messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
-        traj.rewards.append(float(reward))
-        traj.components.append(dict(info["reward_components"]))
-        traj.infos.append(json_safe(info))
-        if term or trunc:
-            traj.terminated, traj.truncated, traj.success = bool(term), bool(trunc), bool(info["success"])
-            return traj
 
 
 # ---------------------------------------------------------------------------- scoring (no model)
@@ -441,13 +445,3 @@ def failure_reason(traj: Trajectory) -> str:
     replies = [m["content"] for m in traj.messages[2:] if m["role"] == "user"]
     seen = f" Last reply seen: {echo(replies[-1], 160)}" if replies else ""
     return f"{how}.{last_action}{seen}"
-
-
-# ---------------------------------------------------------------------------- helpers
-
-def _full_id(env_id: str) -> str:
-    return f"agentlab/{env_class(env_id).name}-v0"
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else math.nan

@@ -1,4 +1,6 @@
-"""Diagnostics logged every update, each a small function you can call on your own data.
+"""Training and evaluation diagnostics, and the alarm rules read from their histories.
+
+Each is a small function you can call on your own data.
 
 Reward alone hides most failures: a policy can hold its reward while it collapses onto one
 action, stops exploring, or learns a shortcut. These numbers show what is going on.
@@ -21,7 +23,7 @@ step_level_rates        share of step checks passed (e.g.    move before success
                         a useful page")
 invalid_rate            share of actions that did not        falls towards 0 within a few
                         parse or were not allowed            updates
-mean_token_entropy      policy entropy per action token      falls slowly; a fast fall to ~0 is
+entropy                 policy entropy per action token      falls slowly; a fast fall to ~0 is
                         (nats)                               entropy collapse (the same action
                                                              again and again)
 approx_kl (k3)          KL between the current policy and    PPO: under ~0.02 per update, above
@@ -37,12 +39,16 @@ zero_variance_fraction  share of GRPO groups with equal      10–25% early, mor
 self_bleu               n-gram overlap between the samples   ~0.2 is diverse; climbing towards
                         of one group                         0.7 is mode collapse
 grad_norm               L2 norm of all gradients, before     steady; spikes follow batches of
-                        clipping                             mixed difficulty
+(algos.losses)          clipping                             mixed difficulty
 pass_at_k               chance that at least one of k        ≥ success rate; the gap is what
                         samples succeeds                     best-of-N with a verifier can add
 ======================  ===================================  ===================================
 
-Conventions: the tensor metrics (`masked_mean`, `entropy_from_logits`, `mean_token_entropy`,
+`episode_metrics` computes the episode rows at once, with the keys `train` logs. The alarms
+at the end (`entropy_collapse`, `diversity_collapse`, `shortcut`) read the histories of these
+metrics and say when one of the bad patterns above has set in.
+
+Conventions: the tensor metrics (`masked_mean`, `entropy_from_logp`, `entropy_from_logits`,
 `kl_k3`, `approx_kl`, `clip_fraction`) return tensors, so they can sit in a loss or be logged
 with ``.item()``; everything else returns Python floats or dicts. Rates over nothing (no
 episodes) are NaN; means over an empty mask are 0.
@@ -54,8 +60,12 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # for annotations only: metrics needs no rollout machinery
+    from agentlab.rollout import Trajectory
 
 __all__ = [
     "masked_mean",
@@ -66,8 +76,9 @@ __all__ = [
     "action_distribution",
     "step_level_rates",
     "invalid_rate",
+    "episode_metrics",
+    "entropy_from_logp",
     "entropy_from_logits",
-    "mean_token_entropy",
     "kl_k3",
     "approx_kl",
     "clip_fraction",
@@ -76,9 +87,12 @@ __all__ = [
     "sentence_bleu",
     "self_bleu",
     "group_self_bleu",
-    "grad_norm",
     "wilson_interval",
     "pass_at_k",
+    "entropy_collapse",
+    "diversity_collapse",
+    "shortcut",
+    "active_alarms",
 ]
 
 
@@ -199,26 +213,29 @@ def invalid_rate(valid: Sequence[bool]) -> float:
 # ---------------------------------------------------------------------------------------------
 # Policy-update metrics (tensors in)
 # ---------------------------------------------------------------------------------------------
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax distribution at every position, in nats.
+def entropy_from_logp(logp_all: torch.Tensor) -> torch.Tensor:
+    """Entropy of a distribution given by its log-probabilities, at every position, in nats.
 
     Args:
-        logits: ``(..., V)`` unnormalised scores over the vocabulary.
+        logp_all: ``(..., V)`` log-probabilities over the vocabulary (a ``log_softmax``).
 
     Returns:
         ``(...)``: ``H = −Σ_v p_v log p_v``. Uniform over V gives ``log V``; one-hot gives 0.
     """
+    p = logp_all.exp()
+    # 0 * log 0 = 0: where p underflows to 0, logp is -inf; p * logp would be NaN there.
+    return -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax distribution at every position, in nats (see `entropy_from_logp`).
+
+    Args:
+        logits: ``(..., V)`` unnormalised scores over the vocabulary.
+    """
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # half precision loses too much in Σ p log p
-    logp = torch.log_softmax(logits, dim=-1)  # (..., V)
-    p = logp.exp()
-    # 0 * log 0 = 0: where p underflows to 0, logp is -inf; p * logp would be NaN there.
-    return -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
-
-
-def mean_token_entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean entropy over the masked (action) tokens. ``logits (B, L, V)``, ``mask (B, L)`` → scalar."""
-    return masked_mean(entropy_from_logits(logits), mask)
+    return entropy_from_logp(torch.log_softmax(logits, dim=-1))  # (..., V) -> (...)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -280,19 +297,6 @@ def explained_variance(
     if var_returns.item() == 0.0:
         return float("nan")
     return (1.0 - _masked_var((returns - values).float(), mask) / var_returns).item()
-
-
-def grad_norm(parameters: Iterable[torch.Tensor]) -> float:
-    """Global L2 norm of all gradients (parameters without a gradient are skipped).
-
-    Call it before clipping to see the raw norm; ``torch.nn.utils.clip_grad_norm_`` returns
-    the same number.
-    """
-    total = 0.0
-    for p in parameters:
-        if p.grad is not None:
-            total += p.grad.detach().float().pow(2).sum().item()
-    return math.sqrt(total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +382,34 @@ def group_self_bleu(texts: Sequence[str], group_size: int, max_n: int = 4) -> fl
 
 
 # ---------------------------------------------------------------------------------------------
+# The episode metrics of a batch of trajectories
+# ---------------------------------------------------------------------------------------------
+def episode_metrics(trajs: Sequence[Trajectory], group_size: int | None = None) -> dict[str, float]:
+    """Every metric that comes from the episodes themselves, with the keys `train` logs.
+
+    ``success_rate``, ``mean_return``, ``mean_turns``, ``invalid_rate`` (over all actions),
+    ``self_bleu`` (within contiguous groups of ``group_size``; only when it is given), then
+    ``reward/<component>`` (mean episode total), ``action/<tool>`` (share of actions) and
+    ``step/<check>`` (pass rate over the steps that carried the check).
+    """
+    infos = [info for t in trajs for info in t.infos]
+    out = {
+        "success_rate": success_rate([t.success for t in trajs]),
+        "mean_return": mean_return([t.rewards for t in trajs]),
+        "mean_turns": mean_turns([t.num_turns for t in trajs]),
+        # Every env's step info holds "valid"; only hand-built trajectories may lack it, and an
+        # action nothing marked invalid counts as valid, as in evaluate.failure_reason.
+        "invalid_rate": invalid_rate([info.get("valid", True) for info in infos]),
+    }
+    if group_size is not None:
+        out["self_bleu"] = group_self_bleu(["\n".join(t.actions) for t in trajs], group_size)
+    out.update({f"reward/{k}": v for k, v in mean_components([t.component_totals() for t in trajs]).items()})
+    out.update({f"action/{k}": v for k, v in action_distribution([i.get("tool") for i in infos]).items()})
+    out.update({f"step/{k}": v for k, v in step_level_rates([i.get("checks") or {} for i in infos]).items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Evaluation statistics
 # ---------------------------------------------------------------------------------------------
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -415,3 +447,63 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prob_all_wrong *= 1.0 - k / i
     return 1.0 - prob_all_wrong
+
+
+# ---------------------------------------------------------------------------------------------
+# Alarms: rules over metric histories (lists of floats, NaN = not logged)
+# ---------------------------------------------------------------------------------------------
+def _finite(xs: Sequence[float]) -> list[float]:
+    return [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+
+
+def entropy_collapse(entropy: Sequence[float], window: int = 3, ratio: float = 0.25,
+                     floor: float = 0.05) -> bool:
+    """Entropy collapse: the mean of the last ``window`` entropies is below ``floor`` nats, or
+    below ``ratio`` × the mean of the first ``window`` (the policy repeats itself)."""
+    xs = _finite(entropy)
+    if len(xs) < window:
+        return False
+    recent = sum(xs[-window:]) / window
+    if recent < floor:
+        return True
+    if len(xs) < 2 * window:
+        return False
+    early = sum(xs[:window]) / window
+    return early > 0 and recent < ratio * early
+
+
+def diversity_collapse(self_bleu: Sequence[float], window: int = 3, threshold: float = 0.7) -> bool:
+    """Diversity collapse: Self-BLEU within groups averaged over the last ``window`` updates
+    reached ``threshold`` (~0.2 is diverse; 0.7 means the samples repeat one answer)."""
+    xs = _finite(self_bleu)
+    return len(xs) >= window and sum(xs[-window:]) / window >= threshold
+
+
+def shortcut(turns: Sequence[float], success: Sequence[float], window: int = 5, lookback: int = 20,
+             shrink: float = 0.25, flat: float = 0.05) -> bool:
+    """The shortcut pattern: episodes got shorter by ``shrink`` (25%) while success did not rise
+    by more than ``flat``. Compares the first and last ``window`` of the last ``lookback``
+    updates — an agent that got efficient also gets more successful; one that learned to stop
+    early (answer at once, give up) does not."""
+    pairs = [(float(t), float(s)) for t, s in zip(turns, success)
+             if t is not None and s is not None and math.isfinite(float(t)) and math.isfinite(float(s))]
+    pairs = pairs[-lookback:]
+    if len(pairs) < 2 * window:
+        return False
+    t0 = sum(t for t, _ in pairs[:window]) / window
+    t1 = sum(t for t, _ in pairs[-window:]) / window
+    s0 = sum(s for _, s in pairs[:window]) / window
+    s1 = sum(s for _, s in pairs[-window:]) / window
+    return t0 > 0 and t1 <= (1 - shrink) * t0 and s1 - s0 <= flat
+
+
+def active_alarms(history: Mapping[str, Sequence[float]]) -> list[str]:
+    """Names of the alarms that fire on a metric history (keys as logged by `train`)."""
+    out = []
+    if entropy_collapse(history.get("entropy", [])):
+        out.append("entropy_collapse")
+    if diversity_collapse(history.get("self_bleu", [])):
+        out.append("diversity_collapse")
+    if shortcut(history.get("mean_turns", []), history.get("success_rate", [])):
+        out.append("shortcut")
+    return out

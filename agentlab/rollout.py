@@ -97,6 +97,24 @@ class Trajectory:
         self.turn_index += [turn if role == ACTION else -1] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
+    def record_step(self, action: str, obs: str | None, reward: float, info: dict) -> None:
+        """Record one turn as the env saw it: the action sent, what it paid and its info, and
+        the reply (``obs``; None leaves the reply out of the messages, as rollout does when the
+        context is full)."""
+        self.actions.append(action)
+        self.messages.append({"role": "assistant", "content": action})
+        if obs is not None:
+            self.messages.append({"role": "user", "content": obs})
+        self.rewards.append(float(reward))
+        self.components.append(dict(info.get("reward_components", {})))
+        self.infos.append(json_safe(info))
+
+    def end(self, terminated: bool, info: dict) -> None:
+        """Mark how the episode ended: terminated by the env (success is the env's verdict) or
+        cut off (a step limit or a full context, where success is never claimed)."""
+        self.terminated, self.truncated = bool(terminated), not terminated
+        self.success = bool(info.get("success", False)) if terminated else False
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -116,6 +134,27 @@ def save_jsonl(trajectories: Sequence[Trajectory], path: str | os.PathLike) -> N
 def load_jsonl(path: str | os.PathLike) -> list[Trajectory]:
     with open(path) as f:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def play(env, act, task=None, seed: int = 0) -> Trajectory:
+    """One episode of a scripted policy, recorded as a `Trajectory` (no model, so no tokens).
+
+    ``act`` is either a function ``act(env) -> action string``, called with the unwrapped env
+    (which knows its task, e.g. ``env.expert_action()``), or a list of action strings played in
+    order; a list that runs out ends the recording, whether or not the episode ended.
+    """
+    base = getattr(env, "unwrapped", env)
+    obs, info = env.reset(seed=seed, options=None if task is None else {"task": task})
+    traj = Trajectory(env_id=f"agentlab/{base.name}-v0", task_id=info["task_id"], difficulty=int(info["difficulty"]),
+                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}])
+    script = None if callable(act) else iter(act)
+    while (action := act(base) if script is None else next(script, None)) is not None:
+        obs, reward, terminated, truncated, info = env.step(action)
+        traj.record_step(action, obs, reward, info)
+        if terminated or truncated:
+            traj.end(terminated, info)
+            break
+    return traj
 
 
 def json_safe(x: Any) -> Any:
@@ -226,17 +265,6 @@ def _sample_turn(decoder: _Decoder, logits: torch.Tensor, settings: SamplingSett
     return tokens, logps, fed
 
 
-def sample_actions(policy, contexts: list[list[int]], settings: SamplingSettings,
-                   generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]]]:
-    """Sample one action per context, in one batch (a single turn; `rollout` keeps the cache
-    across turns). Returns the sampled token ids and the logprob of each."""
-    decoder = _Decoder(policy)
-    with torch.no_grad():
-        logits = decoder.extend([list(c) for c in contexts])
-    tokens, logps, _ = _sample_turn(decoder, logits, settings, policy.eot_id, generator)
-    return tokens, logps
-
-
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of tokens whose probability reaches ``top_p``; (B, V) -> (B, V)."""
     if top_p >= 1.0:
@@ -303,20 +331,14 @@ def rollout(
                 _, reward, term, trunc, info = env.step("")
                 obs = TOO_LONG.format(n=settings.max_new_tokens)
                 info = {**info, "valid": False}
-            traj.actions.append(text)
-            traj.messages.append({"role": "assistant", "content": text})
-            traj.rewards.append(float(reward))
-            traj.components.append(dict(info.get("reward_components", {})))
-            traj.infos.append(json_safe(info))
             obs_ids = policy.observation_ids(obs)
             out_of_context = len(contexts[i]) + len(obs_ids) + settings.max_new_tokens > max_context
+            traj.record_step(text, None if out_of_context else obs, reward, info)
             if not out_of_context:  # the last observation is kept too: a critic values the state it shows
-                traj.messages.append({"role": "user", "content": obs})
                 traj.append_tokens(obs_ids, OBSERVATION)
                 contexts[i] += obs_ids
             if term or trunc or out_of_context:  # out of context ends like a step limit (bootstrapped)
-                traj.terminated, traj.truncated = bool(term), not term
-                traj.success = bool(info.get("success", False)) if term else False
+                traj.end(term, info)
                 continue
             still.append((row, i))
             chunks.append(toks[fed[row]:] + obs_ids)  # what the cache has not seen yet

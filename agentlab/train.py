@@ -31,10 +31,13 @@ from tqdm.auto import tqdm
 from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
 from agentlab.envs import env_class, make
-from agentlab.models import LoraSettings, Policy, load_policy, profile, profile_policy_source
+from agentlab.evaluate import evaluate_tasks, run_episodes
+from agentlab.policy import LoraSettings, Policy, load_policy
+from agentlab.profiles import profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
 from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
 from agentlab.tasks import load_tasks
+from agentlab.warmup import profile_policy_source
 
 
 class TrainingDiverged(RuntimeError):
@@ -48,8 +51,7 @@ class TrainConfig:
     env_id: str = "agentlab/GuessNumber-v0"  # Gymnasium id of the env to train on
     algo: str = "grpo"  # "grpo" or "ppo"
     profile: str | None = None  # "ci", "cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
-    policy: str | None = None  # model folder or hub id; None = the profile's (warmed tiny policy on CPU)
-    imperfect_share: float | None = None  # biased share of the tiny policy's warm-up; None = the env's plan
+    policy: str | None = None  # model folder or hub id to start from; None = the profile's (the tiny policy warmed on env_id)
     quantization: str | None = "profile"  # None, "4bit", "8bit" or "profile"
     lora_r: int | None = None  # LoRA rank
     updates: int | None = None  # number of updates
@@ -82,6 +84,12 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     prof = profile(cfg.profile)
     if cfg.algo not in ("grpo", "ppo"):
         raise ValueError(f"algo must be 'grpo' or 'ppo', got {cfg.algo!r}")
+    shaping = cfg.shaping
+    if cfg.algo == "ppo" and (shaping.zscore or shaping.floor_reward or shaping.diversity_penalty):
+        # Each shaping step rewrites an episode's total against its group or batch, while PPO's GAE
+        # reads per-turn rewards, and no one way of spreading that change over the turns is right.
+        raise ValueError("cfg.shaping (z-score, floor reward, diversity penalty) shapes episode rewards for GRPO's "
+                         "groups; PPO learns from per-turn rewards: switch the shaping off or use algo='grpo'")
     env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
     pick = lambda value, default: default if value is None else value  # noqa: E731
     return dataclasses.replace(
@@ -98,8 +106,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
 def load_training_policy(cfg: TrainConfig) -> Policy:
     """The policy to train: a LoRA adapter on the profile's (or the given) base model."""
-    source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id],
-                                                 imperfect_share=cfg.imperfect_share)
+    source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id])
     return load_policy(source, quantization=cfg.quantization, lora=LoraSettings(r=cfg.lora_r, alpha=2 * cfg.lora_r))
 
 
@@ -152,15 +159,26 @@ def eval_tasks(cfg: TrainConfig) -> list:
 
 def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | None = None) -> dict:
     """Greedy success on ``tasks`` with its 95% interval (decoding as in deployment, S16)."""
-    envs = [make(cfg.env_id, reward_mode=cfg.reward_mode, max_steps=max_steps, **cfg.env_kwargs) for _ in tasks]
-    trajs = rollout(envs, policy, SamplingSettings(greedy=True, max_new_tokens=cfg.max_new_tokens), tasks=tasks)
-    wins = sum(t.success for t in trajs)
-    return {"success_rate": wins / len(trajs), "success_ci95": list(M.wilson_interval(wins, len(trajs))),
-            "episodes": len(trajs), "mean_turns": M.mean_turns([t.num_turns for t in trajs]),
-            "distinct_tasks": len({t.task_id for t in trajs}), "trajectories": trajs}
+    env_kwargs = {"reward_mode": cfg.reward_mode, "max_steps": max_steps, **cfg.env_kwargs}
+    settings = SamplingSettings(greedy=True, max_new_tokens=cfg.max_new_tokens)
+    # every task in one batch and no env seeds, as the loop has always evaluated
+    res = evaluate_tasks(policy, cfg.env_id, tasks, settings, env_kwargs, batch_size=max(1, len(tasks)), seed=None)
+    return {"success_rate": res.success_rate, "success_ci95": list(res.success_ci95), "episodes": res.episodes,
+            "mean_turns": res.mean_turns, "distinct_tasks": res.tasks, "trajectories": res.trajectories}
 
 
 # ---------------------------------------------------------------------------- one update's data
+
+def retry_prefix(failed: Trajectory) -> str:
+    """The note a reflection retry starts with: the failed attempt's last env reply (S26).
+
+    Worded unlike `agentlab.evaluate.reflect`'s note ("Previous attempt failed: <failure_reason>")
+    so that training runs with ``reflection=True`` keep their numbers.
+    """
+    last = failed.messages[-1]
+    reason = last["content"] if last["role"] == "user" else "no answer"
+    return f"A previous attempt failed. Last feedback: {reason.strip()[:160]}\n"
+
 
 def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             rng: np.random.Generator) -> tuple[list[Trajectory], list[Trajectory]]:
@@ -180,11 +198,10 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             group = trajs[g * cfg.group_size:(g + 1) * cfg.group_size]
             if any(t.success for t in group):
                 continue
-            reason = group[0].messages[-1]["content"] if group[0].messages[-1]["role"] == "user" else "no answer"
-            prefix = f"A previous attempt failed. Last feedback: {reason.strip()[:160]}\n"
-            envs = [make(cfg.env_id, **env_kwargs) for _ in range(cfg.group_size)]
-            redo = rollout(envs, policy, settings, tasks=[tasks[g]] * cfg.group_size, generator=gen,
-                           prompt_prefix=prefix)
+            # one batch per group, sampling on from the update's generator, so the draws stay reproducible
+            redo = run_episodes(policy, cfg.env_id, [tasks[g]] * cfg.group_size, settings, env_kwargs,
+                                batch_size=cfg.group_size, seed=None,
+                                prefixes=[retry_prefix(group[0])] * cfg.group_size, generator=gen)
             for t in redo:
                 t.group = len(tasks) + len(retries) // cfg.group_size
             retries += redo
@@ -200,19 +217,8 @@ def episode_rewards(trajs: list[Trajectory], cfg: TrainConfig) -> tuple[torch.Te
 
 
 def batch_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict:
-    """The diagnostics of DESIGN.md that come from the episodes themselves."""
-    infos = [i for t in trajs for i in t.infos]
-    out = {
-        "success_rate": M.success_rate([t.success for t in trajs]),
-        "mean_return": M.mean_return([t.rewards for t in trajs]),
-        "mean_turns": M.mean_turns([t.num_turns for t in trajs]),
-        "invalid_rate": M.invalid_rate([i.get("valid", False) for i in infos]),
-        "self_bleu": M.group_self_bleu(["\n".join(t.actions) for t in trajs], cfg.group_size),
-    }
-    out.update({f"reward/{k}": v for k, v in M.mean_components([t.component_totals() for t in trajs]).items()})
-    out.update({f"action/{k}": v for k, v in M.action_distribution([i.get("tool") for i in infos]).items()})
-    out.update({f"step/{k}": v for k, v in M.step_level_rates([i.get("checks", {}) for i in infos]).items()})
-    return out
+    """The diagnostics that come from the episodes themselves (`agentlab.metrics.episode_metrics`)."""
+    return M.episode_metrics(trajs, cfg.group_size)
 
 
 # ---------------------------------------------------------------------------- checkpoints

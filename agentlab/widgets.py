@@ -15,9 +15,9 @@ content as an HTML string and ``.figure()`` a matplotlib Figure.
 
 Plots are made with ``matplotlib.figure.Figure`` directly, not pyplot, so nothing is drawn
 twice and no figure is left open. The dashboard's live curves are small inline SVGs rather
-than matplotlib images: a redraw costs a few milliseconds instead of a few hundred, so it
-can redraw after every update without slowing training (``figure()`` gives the matplotlib
-version).
+than matplotlib images, which are far slower to redraw, so it can redraw after every update
+without slowing training (``figure()`` gives the matplotlib version; ``bench/dashboard.py``
+measures the cost).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import torch
 from matplotlib.figure import Figure
 
 from agentlab.advantages import gae, group_advantages, spread_to_tokens
+from agentlab.metrics import active_alarms, episode_metrics
 from agentlab.rollout import ACTION, OBSERVATION, PROMPT, ROLE_NAMES, Trajectory, load_jsonl
 
 __all__ = [
@@ -46,10 +47,6 @@ __all__ = [
     "reward_breakdown",
     "token_html",
     "turns_html",
-    "entropy_collapse",
-    "diversity_collapse",
-    "shortcut",
-    "active_alarms",
     "ALARMS",
 ]
 
@@ -381,14 +378,11 @@ class EnvPlayground(_Shown):
 # ============================================================================ TrajectoryViewer
 
 def _default_turn_advantages(traj: Trajectory) -> list[float]:
-    """Without given advantages: GAE with γ = λ = 1, i.e. return-to-go minus the critic's
-    value (traj.values) or, without a critic, the plain return-to-go."""
-    T = traj.num_turns
-    if T == 0:
+    """Without given advantages: each turn's return-to-go (GAE with γ = λ = 1 and no critic)."""
+    if traj.num_turns == 0:
         return []
-    r = torch.tensor([traj.rewards], dtype=torch.float64)
-    v = torch.tensor([traj.values[:T] if traj.values else [0.0] * T], dtype=torch.float64)
-    adv, _ = gae(r, v, torch.ones_like(r), gamma=1.0, gae_lambda=1.0)
+    r = torch.tensor([traj.rewards], dtype=torch.float64)  # (1, T)
+    adv, _ = gae(r, torch.zeros_like(r), torch.ones_like(r), gamma=1.0, gae_lambda=1.0)
     return adv[0].tolist()
 
 
@@ -398,7 +392,7 @@ class TrajectoryViewer(_Shown):
 
     ``trajectories``: a list, one Trajectory, or a jsonl path. ``tokenizer`` (or a Policy)
     turns token ids into text. ``advantages``: per trajectory, one value per turn or per
-    token; default: return-to-go minus ``traj.values`` (see `_default_turn_advantages`).
+    token; default: each turn's return-to-go (see `_default_turn_advantages`).
     """
 
     def __init__(self, trajectories, tokenizer=None, advantages: Sequence[Sequence[float]] | None = None,
@@ -515,7 +509,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _by_turn_critic(trajs: Sequence[Trajectory]) -> list[float]:
-    """A stand-in critic for trajectories without values: V(s_t) = the mean undiscounted
+    """A stand-in critic when no values are given: V(s_t) = the mean undiscounted
     return-to-go at turn t over the given episodes that reached turn t."""
     T = max(t.num_turns for t in trajs)
     sums, counts = [0.0] * (T + 1), [0] * (T + 1)
@@ -531,9 +525,9 @@ class AdvantageExplorer(_Shown):
     """Move γ, λ, the group size and the scaling; see per-turn and per-token advantages.
 
     GAE (PPO) uses the selected trajectory's rewards and a critic's values V(s_t), editable in
-    the "V(s_t)" box: ``traj.values`` if present, else ``values=``, else the mean return-to-go
-    at each turn over all given trajectories (with one trajectory that is its own return, so
-    every δ would be 0: then V = 0). Give one extra value to bootstrap a truncated episode.
+    the "V(s_t)" box: ``values=`` if given, else the mean return-to-go at each turn over all
+    given trajectories (with one trajectory that is its own return, so every δ would be 0:
+    then V = 0). Give one extra value to bootstrap a truncated episode.
     Group-relative advantages (GRPO) use every trajectory's return, in contiguous groups.
     ``chart=False`` leaves out the δ/A bar chart (a matplotlib image redrawn on every change).
     """
@@ -542,7 +536,7 @@ class AdvantageExplorer(_Shown):
                  gamma: float = 0.99, gae_lambda: float = 0.95, group_size: int | None = None,
                  scale: str = "group", chart: bool = True):
         self.trajectories = _as_trajectories(trajectories)
-        self.show_chart = chart  # the δ/A bar chart (a matplotlib image: ~0.1 s per redraw)
+        self.show_chart = chart  # the δ/A bar chart: a matplotlib image, the slowest part of a redraw
         if not self.trajectories:
             raise ValueError("AdvantageExplorer needs at least one trajectory")
         self.tokenizer = tokenizer
@@ -601,9 +595,7 @@ class AdvantageExplorer(_Shown):
 
     def _set_values_text(self) -> None:
         t = self.trajectory
-        if t.values is not None:
-            v = list(t.values)
-        elif self._given_values is not None:
+        if self._given_values is not None:
             v = self._given_values
         elif self.critic is not None:
             v = self.critic[: t.num_turns + (1 if t.truncated else 0)]
@@ -728,69 +720,12 @@ class AdvantageExplorer(_Shown):
 
 # ============================================================================ TrainingDashboard
 
-# -- alarms: small pure functions over metric histories (lists of floats, NaN = not logged)
-def _finite(xs: Sequence[float]) -> list[float]:
-    return [float(x) for x in xs if x is not None and math.isfinite(float(x))]
-
-
-def entropy_collapse(entropy: Sequence[float], window: int = 3, ratio: float = 0.25,
-                     floor: float = 0.05) -> bool:
-    """Entropy collapse: the mean of the last ``window`` entropies is below ``floor`` nats, or
-    below ``ratio`` × the mean of the first ``window`` (the policy repeats itself)."""
-    xs = _finite(entropy)
-    if len(xs) < window:
-        return False
-    recent = sum(xs[-window:]) / window
-    if recent < floor:
-        return True
-    if len(xs) < 2 * window:
-        return False
-    early = sum(xs[:window]) / window
-    return early > 0 and recent < ratio * early
-
-
-def diversity_collapse(self_bleu: Sequence[float], window: int = 3, threshold: float = 0.7) -> bool:
-    """Diversity collapse: Self-BLEU within groups averaged over the last ``window`` updates
-    reached ``threshold`` (~0.2 is diverse; 0.7 means the samples repeat one answer)."""
-    xs = _finite(self_bleu)
-    return len(xs) >= window and sum(xs[-window:]) / window >= threshold
-
-
-def shortcut(turns: Sequence[float], success: Sequence[float], window: int = 5, lookback: int = 20,
-             shrink: float = 0.25, flat: float = 0.05) -> bool:
-    """The shortcut pattern: episodes got shorter by ``shrink`` (25%) while success did not rise
-    by more than ``flat``. Compares the first and last ``window`` of the last ``lookback``
-    updates — an agent that got efficient also gets more successful; one that learned to stop
-    early (answer at once, give up) does not."""
-    pairs = [(float(t), float(s)) for t, s in zip(turns, success)
-             if t is not None and s is not None and math.isfinite(float(t)) and math.isfinite(float(s))]
-    pairs = pairs[-lookback:]
-    if len(pairs) < 2 * window:
-        return False
-    t0 = sum(t for t, _ in pairs[:window]) / window
-    t1 = sum(t for t, _ in pairs[-window:]) / window
-    s0 = sum(s for _, s in pairs[:window]) / window
-    s1 = sum(s for _, s in pairs[-window:]) / window
-    return t0 > 0 and t1 <= (1 - shrink) * t0 and s1 - s0 <= flat
-
-
+# -- alarms: the rules are metrics (agentlab.metrics); here, what each badge says
 ALARMS = {
     "entropy_collapse": ("entropy collapse", "policy entropy fell to a fraction of its start: the agent repeats itself"),
     "diversity_collapse": ("diversity collapse", "Self-BLEU within groups ≥ 0.7: samples for a task are near copies"),
     "shortcut": ("shortcut", "episodes got shorter while success stayed flat: look at what the agent now does"),
 }
-
-
-def active_alarms(history: Mapping[str, Sequence[float]]) -> list[str]:
-    """Names of the alarms that fire on a metric history (keys as logged by `train`)."""
-    out = []
-    if entropy_collapse(history.get("entropy", [])):
-        out.append("entropy_collapse")
-    if diversity_collapse(history.get("self_bleu", [])):
-        out.append("diversity_collapse")
-    if shortcut(history.get("mean_turns", []), history.get("success_rate", [])):
-        out.append("shortcut")
-    return out
 
 
 # -- the panels: title, the metric keys (a trailing "/" is a family), the alarm that lights it
@@ -903,7 +838,7 @@ class TrainingDashboard(_Shown):
     def update(self, update: int, metrics: Mapping[str, float], trajectories: Sequence[Trajectory] | None = None,
                force: bool = False) -> None:
         if trajectories and not all(k in metrics for k in ("success_rate", "mean_return", "mean_turns")):
-            metrics = {**_episode_metrics(trajectories), **dict(metrics)}
+            metrics = {**episode_metrics(trajectories), **dict(metrics)}
         n = len(self._updates)
         self._updates.append(int(update))
         for key, value in metrics.items():
@@ -989,21 +924,3 @@ class TrainingDashboard(_Shown):
         fig.supxlabel("update", fontsize=8)
         fig.tight_layout()
         return fig
-
-
-def _episode_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Cheap episode metrics from trajectories (used only for keys the loop did not log)."""
-    if not trajs:
-        return {}
-    from agentlab import metrics as M
-
-    out = {"success_rate": M.success_rate([t.success for t in trajs]),
-           "mean_return": M.mean_return([t.rewards for t in trajs]),
-           "mean_turns": M.mean_turns([t.num_turns for t in trajs])}
-    out.update({f"reward/{k}": v for k, v in M.mean_components([t.component_totals() for t in trajs]).items()})
-    infos = [i for t in trajs for i in t.infos]
-    if infos:
-        out.update({f"action/{k}": v for k, v in M.action_distribution([i.get("tool") for i in infos]).items()})
-        out.update({f"step/{k}": v for k, v in M.step_level_rates([i.get("checks", {}) for i in infos]).items()})
-        out["invalid_rate"] = M.invalid_rate([i.get("valid", True) for i in infos])
-    return out

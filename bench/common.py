@@ -35,7 +35,8 @@ def repeats(quick: bool) -> int:
 
 def tiny_path() -> str:
     """The tiny base model of the ``ci`` profile (untrained: fine for throughput), built once and cached."""
-    from agentlab.models import build_tiny, profile
+    from agentlab.profiles import profile
+    from agentlab.tiny import build_tiny
 
     return str(build_tiny(profile("ci"), verbose=False))
 

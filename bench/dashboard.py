@@ -39,8 +39,10 @@ class Timed:
 
 
 def one_run(min_interval: float, updates: int) -> dict:
-    from agentlab.models import LoraSettings, load_policy, profile, profile_policy_source
+    from agentlab.policy import LoraSettings, load_policy
+    from agentlab.profiles import profile
     from agentlab.train import TrainConfig, train
+    from agentlab.warmup import profile_policy_source
     from agentlab.widgets import TrainingDashboard
 
     policy = load_policy(profile_policy_source(profile("ci"), envs=["agentlab/GuessNumber-v0"]),

@@ -109,7 +109,7 @@ def meta_parameter_count(size: str) -> int:
 def small_tokenizer():
     """A byte-level BPE tokenizer with agentlab's chat template, trained in a second on env text."""
     from agentlab.envs import make
-    from agentlab.models import train_tokenizer
+    from agentlab.tiny import train_tokenizer
 
     env = make(ENV_ID)
     texts = [env.system_prompt]
@@ -183,7 +183,7 @@ def grpo_step(policy, optimizer, n_tasks: int, group: int, max_new_tokens: int, 
 
 def bench_size(size: str, n_tasks: int, group: int, max_new_tokens: int, steps: int) -> dict:
     """Build, load in 4-bit with LoRA, then time rollouts and GRPO steps for one model size."""
-    from agentlab.models import LoraSettings, load_policy
+    from agentlab.policy import LoraSettings, load_policy
     from bench.common import median, without_end_of_turn
 
     with tempfile.TemporaryDirectory(prefix=f"bench-qwen-{size}-") as folder:

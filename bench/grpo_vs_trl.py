@@ -73,7 +73,7 @@ def agentlab_steps(tasks: list[dict], n_prompts: int, n_steps: int) -> dict:
     """Warm-up + ``n_steps`` agentlab GRPO steps; seconds per step, split into rollout and update."""
     from agentlab.algos import grpo
     from agentlab.envs import make
-    from agentlab.models import LoraSettings, load_policy
+    from agentlab.policy import LoraSettings, load_policy
     from agentlab.rollout import SamplingSettings, rollout
 
     torch.manual_seed(SEED)
@@ -128,7 +128,7 @@ def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, gra
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentlab.models import LoraSettings
+    from agentlab.policy import LoraSettings
 
     class StepClock(TrainerCallback):
         """Wall-clock time at the start of training and at the end of every optimiser step;

@@ -123,7 +123,7 @@ def weight_bytes(model) -> dict[str, dict]:
 
 def weights_table() -> tuple[str, dict]:
     """fp32 vs NF4 bytes of the tiny policy, per group, against the theoretical bits per parameter."""
-    from agentlab.models import load_policy
+    from agentlab.policy import load_policy
 
     fp32 = weight_bytes(load_policy(tiny_path()).model)
     nf4 = weight_bytes(load_policy(tiny_path(), quantization="4bit").model)

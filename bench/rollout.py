@@ -95,7 +95,7 @@ def measure(policy, sizes, n_repeats: int) -> list[dict]:
 
 def run(quick: bool = False) -> str:
     """Measure, and return the RESULTS.md section."""
-    from agentlab.models import load_policy
+    from agentlab.policy import load_policy
 
     policy = load_policy(tiny_path())
     sizes = QUICK_SIZES if quick else SIZES

@@ -61,8 +61,10 @@ def run(quick: bool = False) -> str:
     from agentlab.demo import DEMO_ENV, LAZY_SHARE
     from agentlab.envs import ENV_IDS
     from agentlab.evaluate import evaluate, run_expert, split_tasks
-    from agentlab.models import build_tiny, load_policy, profile
-    from agentlab.sft import warm_policy_path
+    from agentlab.policy import load_policy
+    from agentlab.profiles import profile
+    from agentlab.tiny import build_tiny
+    from agentlab.warmup import warm_policy_path
 
     prof = profile("ci")
     untrained = load_policy(str(build_tiny(prof, verbose=False)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -82,6 +83,35 @@ GAMMAS = [0.0, 1.0, 0.9, 0.99]
 LAMBDAS = [0.0, 1.0, 0.8, 0.95]
 
 
+class Batch(NamedTuple):
+    rewards: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor
+    lengths: list[int]
+    last_values: torch.Tensor | None
+    gamma: float
+    lam: float
+
+
+def random_batches(seed: int, count: int, dtypes=(torch.float64,)):
+    """``count`` random batches (`random_batch`, `random_last_values`) with a γ and a λ each, the
+    edges 0 and 1 among them; the dtype cycles through ``dtypes``."""
+    rng = random.Random(seed)
+    for case in range(count):
+        B, T, dtype = rng.randint(1, 6), rng.randint(0, 12), dtypes[case % len(dtypes)]
+        rewards, values, mask, lengths = random_batch(rng, B, T, dtype)
+        last = random_last_values(rng, B, dtype)
+        yield Batch(rewards, values, mask, lengths, last, rng.choice(GAMMAS + [rng.random()]),
+                    rng.choice(LAMBDAS + [rng.random()]))
+
+
+def naive_gae_of(rewards, values, lengths, gamma, lam, last_values=None):
+    """`naive_gae` on a padded batch of tensors: (advantages, returns) of the batch's shape and dtype."""
+    adv, ret = naive_gae(clean(rewards, lengths), clean(values, lengths), lengths, gamma, lam,
+                         None if last_values is None else last_values.tolist())
+    return tuple(torch.tensor(x, dtype=rewards.dtype).reshape(rewards.shape) for x in (adv, ret))
+
+
 # ---------------------------------------------------------------------------------------------
 # GAE and returns
 # ---------------------------------------------------------------------------------------------
@@ -119,22 +149,13 @@ def test_gae_truncated_by_hand():
 
 
 def test_gae_matches_naive_on_many_random_batches():
-    rng = random.Random(0)
-    for case in range(300):
-        B, T = rng.randint(1, 6), rng.randint(0, 12)
-        dtype = torch.float64 if case % 2 else torch.float32
-        rewards, values, mask, lengths = random_batch(rng, B, T, dtype)
-        last = random_last_values(rng, B, dtype)
-        gamma, lam = rng.choice(GAMMAS + [rng.random()]), rng.choice(LAMBDAS + [rng.random()])
-        adv, ret = gae(rewards, values, mask, gamma, lam, last_values=last)
-        ref_adv, ref_ret = naive_gae(
-            clean(rewards, lengths), clean(values, lengths), lengths, gamma, lam,
-            None if last is None else last.tolist(),
-        )
-        atol = 1e-9 if dtype == torch.float64 else 1e-4
-        assert adv.dtype == dtype and adv.shape == (B, T) and ret.shape == (B, T)
-        assert torch.allclose(adv, torch.tensor(ref_adv, dtype=dtype).reshape(B, T), atol=atol), case
-        assert torch.allclose(ret, torch.tensor(ref_ret, dtype=dtype).reshape(B, T), atol=atol), case
+    for case, b in enumerate(random_batches(0, 300, dtypes=(torch.float32, torch.float64))):
+        adv, ret = gae(b.rewards, b.values, b.mask, b.gamma, b.lam, last_values=b.last_values)
+        ref_adv, ref_ret = naive_gae_of(b.rewards, b.values, b.lengths, b.gamma, b.lam, b.last_values)
+        atol = 1e-9 if b.rewards.dtype == torch.float64 else 1e-4
+        assert adv.dtype == b.rewards.dtype and adv.shape == ret.shape == b.rewards.shape
+        assert torch.allclose(adv, ref_adv, atol=atol), case
+        assert torch.allclose(ret, ref_ret, atol=atol), case
         assert not adv.isnan().any() and not ret.isnan().any()
 
 
@@ -154,23 +175,17 @@ def test_gae_matches_naive_hypothesis(lengths, gamma, lam, seed, truncated):
     values = torch.randn(B, T, generator=g, dtype=torch.float64)
     last = torch.randn(B, generator=g, dtype=torch.float64) if truncated else None
     adv, ret = gae(rewards, values, mask, gamma, lam, last_values=last)
-    ref_adv, ref_ret = naive_gae(
-        clean(rewards, lengths), clean(values, lengths), lengths, gamma, lam, None if last is None else last.tolist()
-    )
-    assert torch.allclose(adv, torch.tensor(ref_adv, dtype=torch.float64).reshape(B, T), atol=1e-9)
-    assert torch.allclose(ret, torch.tensor(ref_ret, dtype=torch.float64).reshape(B, T), atol=1e-9)
+    ref_adv, ref_ret = naive_gae_of(rewards, values, lengths, gamma, lam, last)
+    assert torch.allclose(adv, ref_adv, atol=1e-9)
+    assert torch.allclose(ret, ref_ret, atol=1e-9)
 
 
 def test_discounted_returns_match_naive():
-    rng = random.Random(1)
-    for case in range(200):
-        B, T = rng.randint(1, 6), rng.randint(0, 12)
-        rewards, _, mask, lengths = random_batch(rng, B, T)
-        last = random_last_values(rng, B)
-        gamma = rng.choice(GAMMAS + [rng.random()])
-        got = discounted_returns(rewards, mask, gamma, last_values=last)
-        ref = naive_returns(clean(rewards, lengths), lengths, gamma, None if last is None else last.tolist())
-        assert torch.allclose(got, torch.tensor(ref, dtype=torch.float64).reshape(B, T), atol=1e-9), case
+    for case, b in enumerate(random_batches(1, 200)):
+        got = discounted_returns(b.rewards, b.mask, b.gamma, last_values=b.last_values)
+        last = None if b.last_values is None else b.last_values.tolist()
+        ref = naive_returns(clean(b.rewards, b.lengths), b.lengths, b.gamma, last)
+        assert torch.allclose(got, torch.tensor(ref, dtype=torch.float64).reshape(b.rewards.shape), atol=1e-9), case
 
 
 def test_discounted_returns_by_hand():
@@ -183,33 +198,24 @@ def test_discounted_returns_by_hand():
 
 
 def test_gae_lambda_one_is_returns_minus_values():
-    rng = random.Random(2)
-    for _ in range(50):
-        B, T = rng.randint(1, 5), rng.randint(1, 10)
-        rewards, values, mask, lengths = random_batch(rng, B, T)
-        last = random_last_values(rng, B)
-        gamma = rng.choice([0.0, 0.5, 0.99, 1.0])
-        adv, ret = gae(rewards, values, mask, gamma, 1.0, last_values=last)
-        G = discounted_returns(rewards, mask, gamma, last_values=last)
-        v = torch.where(mask.bool(), values, torch.zeros_like(values))
+    for b in random_batches(2, 50):
+        adv, ret = gae(b.rewards, b.values, b.mask, b.gamma, 1.0, last_values=b.last_values)
+        G = discounted_returns(b.rewards, b.mask, b.gamma, last_values=b.last_values)
+        v = torch.where(b.mask.bool(), b.values, torch.zeros_like(b.values))
         assert torch.allclose(adv, G - v, atol=1e-9)
         assert torch.allclose(ret, G, atol=1e-9)
 
 
 def test_gae_lambda_zero_is_one_step_td():
-    rng = random.Random(3)
-    for _ in range(50):
-        B, T = rng.randint(1, 5), rng.randint(1, 10)
-        rewards, values, mask, lengths = random_batch(rng, B, T)
-        last = random_last_values(rng, B)
-        gamma = rng.choice([0.0, 0.5, 0.99, 1.0])
-        adv, _ = gae(rewards, values, mask, gamma, 0.0, last_values=last)
-        r, v = clean(rewards, lengths), clean(values, lengths)
-        for b, n in enumerate(lengths):
-            boot = 0.0 if last is None else last[b].item()
-            for t in range(T):
-                expected = r[b][t] + gamma * (v[b][t + 1] if t + 1 < n else boot) - v[b][t] if t < n else 0.0
-                assert math.isclose(adv[b, t].item(), expected, abs_tol=1e-9)
+    for b in random_batches(3, 50):
+        adv, _ = gae(b.rewards, b.values, b.mask, b.gamma, 0.0, last_values=b.last_values)
+        r, v = clean(b.rewards, b.lengths), clean(b.values, b.lengths)
+        for row, n in enumerate(b.lengths):
+            boot = 0.0 if b.last_values is None else b.last_values[row].item()
+            for t in range(n):
+                expected = r[row][t] + b.gamma * (v[row][t + 1] if t + 1 < n else boot) - v[row][t]
+                assert math.isclose(adv[row, t].item(), expected, abs_tol=1e-9)
+            assert not adv[row, n:].any()  # padding
 
 
 def test_gae_gamma_zero_ignores_the_future():
@@ -275,16 +281,10 @@ def test_benchmark_shape_matches_reference_rows():
     last = torch.randn(B, generator=g) * (torch.rand(B, generator=g) < 0.5)
     adv, ret = gae(rewards, values, mask, 0.99, 0.95, last_values=last)
     rows = [0, 1, 511, 1023]
-    n = [int(lengths[i]) for i in rows]
-    ref_adv, _ = naive_gae(
-        clean(rewards[rows], n), clean(values[rows], n), n, 0.99, 0.95, last[rows].tolist()
-    )
-    assert torch.allclose(adv[rows], torch.tensor(ref_adv), atol=1e-3)
+    ref_adv, _ = naive_gae_of(rewards[rows], values[rows], [int(lengths[i]) for i in rows], 0.99, 0.95, last[rows])
+    assert torch.allclose(adv[rows], ref_adv, atol=1e-3)
 
 
-# ---------------------------------------------------------------------------------------------
-# Group-relative advantages
-# ---------------------------------------------------------------------------------------------
 def naive_group_advantages(rewards, G, scale, eps=1e-6):
     n = len(rewards)
     batch_mean = sum(rewards) / n

@@ -81,8 +81,11 @@ def test_each_subcommand_is_one_entry():
 
 def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys):
     import agentlab.train
+    import agentlab.warmup
 
     seen = []
+    monkeypatch.setattr(agentlab.warmup, "warm_policy_path",  # which warm-up was asked for, not built
+                        lambda prof, envs=None, imperfect_share=None, **kw: f"warm-{envs[0]}-{imperfect_share}")
 
     def no_training(cfg, resume=False):  # what the command asked for, not trained
         seen.append(cfg)
@@ -92,5 +95,6 @@ def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(agentlab.train, "train", no_training)
     assert main(["train", "--env", "GuessNumber", "--imperfect-share", "0.6", "--out", str(tmp_path)]) == 0
     assert main(["train", "--env", "GuessNumber", "--out", str(tmp_path)]) == 0
-    assert [cfg.imperfect_share for cfg in seen] == [0.6, None]  # None: the env's own plan
+    # the share names the run's starting policy; without one the run loads the env's own warm-up itself
+    assert [cfg.policy for cfg in seen] == ["warm-agentlab/GuessNumber-v0-0.6", None]
     assert seen[0].env_id == "agentlab/GuessNumber-v0" and "0.25" in capsys.readouterr().out

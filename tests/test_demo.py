@@ -1,8 +1,10 @@
-"""`agentlab demo` writes the JSON of DESIGN.md, a plot and a report (a short run)."""
+"""`agentlab demo` writes the JSON of docs/design.md, a plot and a report (a short run)."""
 
 import json
 
-from agentlab.demo import LAZY_SHARE, run_demo
+from agentlab.demo import DEMO_ENV, LAZY_SHARE, run_demo
+from agentlab.profiles import profile
+from agentlab.warmup import warm_policy_path
 
 
 def test_demo_writes_the_contract(tmp_path, capsys):
@@ -18,6 +20,7 @@ def test_demo_writes_the_contract(tmp_path, capsys):
         assert 0.0 <= lo <= rate <= hi <= 1.0
     assert doc["updates"] == 2 and (tmp_path / "demo" / "demo.png").stat().st_size > 1000
     config = json.loads((tmp_path / "demo" / "config.json").read_text())
-    assert config["imperfect_share"] == LAZY_SHARE  # the run starts from the demo's lazier warm-up
+    lazy = warm_policy_path(profile("ci"), envs=[DEMO_ENV], progress=False, imperfect_share=LAZY_SHARE)
+    assert config["policy"] == str(lazy)  # the run starts from the demo's lazier warm-up
     out = capsys.readouterr().out
     assert "greedy success" in out and "guess(" in out

@@ -1,4 +1,4 @@
-"""The contract every env keeps (DESIGN.md): Gymnasium API, info keys, experts, fuzzing."""
+"""The contract every env keeps (docs/design.md): Gymnasium API, info keys, experts, fuzzing."""
 
 import gymnasium as gym
 import numpy as np

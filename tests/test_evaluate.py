@@ -1,6 +1,6 @@
-"""Evaluation: counting by hand on made-up trajectories, the expert as the ceiling, and the
-untrained tiny policy end to end (it fails nearly everything, which is fine: these tests check
-the bookkeeping, not the policy)."""
+"""Tests of agentlab.evaluate: counting by hand on made-up trajectories, the expert as the
+ceiling, and the untrained tiny policy end to end (it fails nearly everything, which is fine:
+these tests check the bookkeeping, not the policy)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import pytest
 from agentlab.evaluate import (
     EvalResult,
     Rate,
-    _play,
     best_of_n,
     best_of_n_pick,
     evaluate,
+    evaluate_tasks,
     failure_reason,
     first_try_rate,
     first_try_success,
     pass_at_k,
     pass_at_k_rates,
+    run_episodes,
     reflect,
     robustness,
     run_expert,
@@ -29,7 +30,7 @@ from agentlab.evaluate import (
     summarise,
     thinking_budget,
 )
-from agentlab.models import load_policy
+from agentlab.policy import load_policy
 from agentlab.rollout import Trajectory
 
 TOKENS = 4  # per turn: the untrained policy never ends a turn anyway; keep its episodes short
@@ -173,6 +174,21 @@ def test_evaluate_returns_rates_with_intervals(policy):
     assert [t.task_id for t in r.trajectories] == eval_ids
 
 
+def test_evaluate_tasks_takes_the_tasks_and_settings_it_is_given(policy):
+    import torch
+
+    tasks = split_tasks("GuessNumber", "eval")[:3]
+    settings = sampling(False, max_new_tokens=TOKENS)
+    r = evaluate_tasks(policy, "GuessNumber", tasks, settings, seed=5)
+    assert [t.task_id for t in r.trajectories] == [t.id for t in tasks] and r.greedy is False
+    same = evaluate(policy, "GuessNumber", tasks=tasks, greedy=False, max_new_tokens=TOKENS, seed=5)
+    assert [t.token_ids for t in same.trajectories] == [t.token_ids for t in r.trajectories]
+    # seed=None samples from the caller's generator: the same generator state gives the same episodes
+    a, b = (run_episodes(policy, "GuessNumber", tasks, settings, seed=None, generator=torch.Generator().manual_seed(1))
+            for _ in range(2))
+    assert [t.token_ids for t in a] == [t.token_ids for t in b]
+
+
 def test_sampled_functions_report_consistent_rates(policy):
     common = dict(num_tasks=2, max_new_tokens=TOKENS)
     pk = pass_at_k(policy, "GuessNumber", 4, **common)
@@ -200,8 +216,8 @@ def test_reflection_reports_both_numbers_and_never_loses_a_solved_task(policy):
 
 def test_retries_see_their_own_reason(policy):
     tasks = split_tasks("GuessNumber", "eval")[:2]
-    trajs = _play(policy, "GuessNumber", tasks, sampling(True, max_new_tokens=TOKENS),
-                  prefixes=["Previous attempt failed: A.\n", "Previous attempt failed: B.\n"])
+    trajs = run_episodes(policy, "GuessNumber", tasks, sampling(True, max_new_tokens=TOKENS),
+                 prefixes=["Previous attempt failed: A.\n", "Previous attempt failed: B.\n"])
     assert [t.messages[1]["content"].splitlines()[0] for t in trajs] == [
         "Previous attempt failed: A.", "Previous attempt failed: B."]
     assert trajs[0].messages[1]["content"].endswith(tasks[0].query)

@@ -1,4 +1,4 @@
-"""Every exercise's check accepts its reference solution and gives feedback on wrong answers."""
+"""Every exercise: its check accepts its reference solution, gives feedback on wrong answers and shows its prompt."""
 
 import importlib.util
 from pathlib import Path
@@ -37,3 +37,11 @@ def test_wrong_answers_get_specific_feedback(name, capsys):
         check(name, wrong)
         out = capsys.readouterr().out
         assert "not yet:" in out and len(out) > 30
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_an_unanswered_exercise_shows_its_prompt(name, capsys):
+    """The prompt is the check's docstring on one line, and it names the function to write."""
+    check(name, None)
+    assert capsys.readouterr().out == f"[{name}] not answered yet: {EXERCISES[name].prompt}\n"
+    assert EXERCISES[name].prompt.startswith(f"write {name.split('.', 1)[1]}(")

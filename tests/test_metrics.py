@@ -1,4 +1,4 @@
-"""Diagnostics against plain-Python references and hand-worked values."""
+"""Tests of agentlab.metrics: diagnostics against plain-Python references and hand-worked values."""
 
 from __future__ import annotations
 
@@ -12,27 +12,32 @@ from hypothesis import strategies as st
 
 from agentlab.metrics import (
     action_distribution,
+    active_alarms,
     approx_kl,
     clip_fraction,
+    diversity_collapse,
+    entropy_collapse,
     entropy_from_logits,
+    entropy_from_logp,
+    episode_metrics,
     explained_variance,
-    grad_norm,
     group_self_bleu,
     invalid_rate,
     kl_k3,
     masked_mean,
     mean_components,
     mean_return,
-    mean_token_entropy,
     mean_turns,
     pass_at_k,
     self_bleu,
     sentence_bleu,
+    shortcut,
     step_level_rates,
     success_rate,
     tokenize,
     wilson_interval,
 )
+from agentlab.rollout import Trajectory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,6 +100,32 @@ def test_step_level_rates():
     assert step_level_rates([]) == {}
 
 
+def test_episode_metrics_of_a_batch_match_the_single_metrics():
+    def episode(rewards, success, infos, actions):
+        return Trajectory(env_id="agentlab/GuessNumber-v0", task_id="t", rewards=rewards, success=success,
+                          infos=infos, actions=actions, components=[{"correct": r} for r in rewards])
+
+    trajs = [
+        episode([0.1, 1.0], True, [{"valid": True, "tool": "guess", "checks": {"consistent": True}},
+                                   {"valid": True, "tool": "guess", "checks": {}}], ["guess(8)", "guess(4)"]),
+        episode([-0.1], False, [{"valid": False, "tool": None, "checks": None}], ["hello"]),
+        episode([0.5], False, [{"tool": "guess"}], ["guess(8)"]),  # hand-built: no "valid", no "checks"
+        episode([0.0], False, [{"valid": True, "tool": "guess", "checks": {"consistent": False}}], ["guess(2)"]),
+    ]
+    m = episode_metrics(trajs, group_size=2)
+    assert list(m)[:5] == ["success_rate", "mean_return", "mean_turns", "invalid_rate", "self_bleu"]
+    assert m["success_rate"] == 0.25 and m["mean_turns"] == 1.25
+    assert m["mean_return"] == pytest.approx((1.1 - 0.1 + 0.5 + 0.0) / 4)
+    assert m["invalid_rate"] == 0.2  # the info without "valid" counts as valid
+    assert m["self_bleu"] == group_self_bleu(["guess(8)\nguess(4)", "hello", "guess(8)", "guess(2)"], 2)
+    assert m["reward/correct"] == m["mean_return"]
+    assert m["action/guess"] == 0.8 and m["action/none"] == 0.2
+    assert m["step/consistent"] == 0.5  # over the two steps that carried the check
+    assert "self_bleu" not in episode_metrics(trajs)
+    empty = episode_metrics([])
+    assert math.isnan(empty["success_rate"]) and math.isnan(empty["invalid_rate"]) and len(empty) == 4
+
+
 # ---------------------------------------------------------------------------------------------
 # Entropy, KL, clipping, explained variance
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +147,9 @@ def test_entropy_matches_naive_and_limits():
     assert math.isclose(entropy_from_logits(torch.zeros(50)).item(), math.log(50), rel_tol=1e-6)
     peaked = torch.tensor([0.0, float("-inf"), float("-inf")])  # one-hot, with -inf logits
     assert entropy_from_logits(peaked).item() == 0.0
-    mask = torch.tensor([[1, 1, 0, 0]] * 3)
-    assert math.isclose(mean_token_entropy(logits, mask).item(), ent[:, :2].mean().item(), rel_tol=1e-6)
+    logp = torch.log_softmax(logits, dim=-1)
+    assert torch.equal(entropy_from_logp(logp), ent)
+    assert entropy_from_logp(torch.log_softmax(peaked, dim=-1)).item() == 0.0  # 0 · log 0 = 0, not NaN
 
 
 def test_k3_is_nonnegative_zero_at_equality_and_matches_naive():
@@ -173,17 +205,6 @@ def test_explained_variance():
 
     assert explained_variance(values, ret, mask) == pytest.approx(1 - var(d) / var(r))
     assert math.isnan(explained_variance(torch.zeros(4), torch.ones(4)))
-
-
-def test_grad_norm_matches_torch_clip():
-    g = torch.Generator().manual_seed(7)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    frozen = torch.nn.Parameter(torch.ones(3))  # no gradient: skipped
-    model(torch.randn(16, 4, generator=g)).pow(2).sum().backward()
-    params = [*model.parameters(), frozen]
-    ours = grad_norm(params)
-    theirs = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e9).item()
-    assert ours == pytest.approx(theirs, rel=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,3 +360,23 @@ def test_pass_at_k_matches_combinatorial_formula():
         pass_at_k(5, 6, 1)
     with pytest.raises(ValueError):
         pass_at_k(5, 2, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Alarms over metric histories
+# ---------------------------------------------------------------------------------------------
+def test_alarm_functions_on_synthetic_histories():
+    nan = math.nan
+    assert entropy_collapse([1.2, 1.1, 1.2, 0.9, 0.3, 0.2, 0.1])
+    assert not entropy_collapse([1.2, 1.1, 1.2, 1.0, 0.9, 1.0])
+    assert entropy_collapse([0.01, 0.02, 0.01])  # under the floor from the start
+    assert not entropy_collapse([nan, 1.0, nan])  # too little data
+    assert diversity_collapse([0.2, 0.3, 0.7, 0.75, 0.8])
+    assert not diversity_collapse([0.2, 0.8, 0.2, 0.3])
+    turns_down = [5.0] * 5 + [4, 3.5, 3, 2.5] + [2.0] * 5
+    assert shortcut(turns_down, [0.4] * 14)  # shorter, success flat: shortcut
+    assert not shortcut(turns_down, [0.4] * 5 + [0.5, 0.6, 0.7, 0.8] + [0.9] * 5)  # got efficient
+    assert not shortcut([5.0] * 14, [0.4] * 14)
+    assert not shortcut(turns_down[:6], [0.4] * 6)
+    assert active_alarms({"entropy": [1, 1, 1, 0.1, 0.1, 0.1], "self_bleu": [0.1] * 5}) == ["entropy_collapse"]
+    assert active_alarms({}) == []

@@ -6,8 +6,8 @@ import torch
 
 import agentlab.rollout
 from agentlab.envs import make
-from agentlab.models import load_policy
-from agentlab.rollout import (ACTION, OBSERVATION, PROMPT, SamplingSettings, load_jsonl, make_envs, pad_batch,
+from agentlab.policy import load_policy
+from agentlab.rollout import (ACTION, OBSERVATION, PROMPT, SamplingSettings, load_jsonl, make_envs, pad_batch, play,
                               rollout, save_jsonl)
 
 ENVS = ["agentlab/GuessNumber-v0", "agentlab/WebSearch-v0", "agentlab/Math-v0"]
@@ -132,3 +132,18 @@ def test_observation_tokens_are_the_template_continuation(policy):
     full = policy.encode(policy.render(msgs, add_generation_prompt=True))
     built = policy.prompt_ids("S", "U") + policy.encode("guess(3)") + [policy.eot_id] + policy.observation_ids("3 is too low")
     assert built == full
+
+
+def test_play_records_a_scripted_episode_as_the_env_saw_it():
+    env = make("agentlab/GuessNumber-v0")
+    task = env.generate_task(np.random.default_rng(0), 0)
+    expert = play(env, lambda e: e.expert_action(), task)
+    assert expert.terminated and not expert.truncated and expert.success
+    assert [m["role"] for m in expert.messages] == ["system", "user"] + ["assistant", "user"] * expert.num_turns
+    assert expert.total_reward == pytest.approx(sum(sum(c.values()) for c in expert.components))
+    # a list of actions is played in order and the recording stops when it runs out, ended or not
+    partial = play(env, expert.actions[:1], task)
+    assert partial.actions == expert.actions[:1] and not (partial.terminated or partial.truncated)
+    wrong = [f"guess({n})" for n in range(1, 17) if f"guess({n})" not in expert.actions][:5]
+    cut = play(env, wrong, task)
+    assert cut.truncated and not cut.terminated and not cut.success and cut.num_turns == task.max_steps

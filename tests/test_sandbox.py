@@ -6,9 +6,16 @@ import time
 
 import pytest
 
-from agentlab.envs.code import run_python, sandbox_mode
+from agentlab.envs.sandbox import run_python, sandbox_mode
 
 strong = pytest.mark.skipif(sandbox_mode() != "namespace", reason="needs unshare namespaces (fallback is rlimits only)")
+
+
+def test_code_env_reexports_run_python():
+    # the documented contract: `agentlab.envs.code.run_python` is the sandbox's own function
+    from agentlab.envs import code
+
+    assert code.run_python is run_python
 
 
 def run(code, **kw):
@@ -100,11 +107,11 @@ print(os.listdir('.'))
 
 @strong
 def test_working_folder_starts_empty_and_is_deleted(monkeypatch):
-    import agentlab.envs.code as code
+    import agentlab.envs.sandbox as sandbox
 
     made = []
-    real = code.tempfile.mkdtemp
-    monkeypatch.setattr(code.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
+    real = sandbox.tempfile.mkdtemp
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
     res, _ = run("import os; print(os.listdir('.')); open('f', 'w').write('x')", files={"data.csv": "a,b\n1,2\n"})
     assert res.stdout.strip() == "['data.csv']"
     assert made and not any(os.path.exists(p) for p in made)

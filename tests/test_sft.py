@@ -1,4 +1,4 @@
-"""The SFT warm-up: demonstrations follow each env's plan, the loss reads action tokens only,
+"""The SFT warm-up (agentlab.sft, agentlab.warmup): demonstrations follow each env's plan, the loss reads action tokens only,
 the cached policy's recipe is the sum of its envs' plans, and every expert action fits the
 per-turn token budget the policy is evaluated with."""
 
@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from agentlab import models, sft
-from agentlab.envs import ENV_IDS, WarmUp, env_class, make
+from agentlab import sft, warmup
+from agentlab.envs import ENV_IDS, env_class, make
 from agentlab.evaluate import split_tasks
-from agentlab.models import load_policy
+from agentlab.policy import load_policy
+from agentlab.profiles import profile
 from agentlab.rollout import ACTION, pad_batch
+from agentlab.warmup import WarmUp, warm_up_plan
 
 GUESS, MAZE = "agentlab/GuessNumber-v0", "agentlab/Maze-v0"
 
@@ -24,22 +26,36 @@ def policy(tiny_path):
 
 
 def test_demonstrations_follow_each_envs_plan(policy):
-    demos = sft.demonstrations(policy, [GUESS, MAZE], seed=0, episodes=60)
+    demos = warmup.demonstrations(policy, [GUESS, MAZE], seed=0, episodes=60)
     guess, maze = demos[:60], demos[60:]
     assert all(d.env_id == GUESS for d in guess) and all(d.env_id == MAZE for d in maze)
-    plan = env_class(MAZE).warm_up
+    plan = warm_up_plan(MAZE)
     assert [d.difficulty for d in maze] == [plan.levels[i % len(plan.levels)] for i in range(60)]
-    assert {d.difficulty for d in guess} == set(env_class(GUESS).warm_up.levels)
+    assert {d.difficulty for d in guess} == set(warm_up_plan(GUESS).levels)
     # GuessNumber's biased demonstrator opens with the lowest number, the expert with the middle one.
     lazy = np.mean([d.actions[0] == "guess(1)" for d in guess])
-    share = env_class(GUESS).warm_up.imperfect_share
+    share = warm_up_plan(GUESS).imperfect_share
     assert abs(lazy - share) < 0.2, (lazy, share)
-    experts = sft.demonstrations(policy, [GUESS], seed=0, episodes=40, imperfect_share=0.0)
+    experts = warmup.demonstrations(policy, [GUESS], seed=0, episodes=40, imperfect_share=0.0)
     assert all(d.actions[0] == "guess(8)" and d.success for d in experts)
 
 
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_a_demonstration_is_tokenised_as_its_chat_renders(policy, env_id):
+    """The tokens SFT trains on are the chat template's rendering of the episode's messages (the
+    last reply left out: an ended episode has no next turn), so SFT and rollout see one format."""
+    env = make(env_id)
+    for difficulty in (0, env.max_difficulty):
+        demo = sft.demonstration(policy, env, np.random.default_rng(difficulty), 0.5, difficulty)
+        rendered = policy.encode(policy.render(demo.messages[:-1]))
+        assert demo.token_ids == rendered
+        actions = [policy.tokenizer.decode(demo.action_token_ids(k)[:-1]) for k in range(demo.num_turns)]
+        assert actions == demo.actions and demo.terminated != demo.truncated
+    env.close()
+
+
 def test_sft_loss_is_the_mean_nll_of_action_tokens(policy):
-    demos = sft.demonstrations(policy, [GUESS], seed=1, episodes=4)
+    demos = warmup.demonstrations(policy, [GUESS], seed=1, episodes=4)
     batch = pad_batch(demos, policy.pad_id)
     mask = batch["loss_mask"]
     roles = [torch.tensor(d.roles[1:]) for d in demos]
@@ -59,16 +75,16 @@ def test_warm_recipe_sums_the_plans_and_changes_with_them(tmp_path, monkeypatch)
         calls.append((len(demos), steps))
         return [2.0, 1.0]
 
-    monkeypatch.setattr(sft, "sft", no_training)
-    prof = models.profile("ci")
-    path = sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False)
-    plans = [env_class(e).warm_up for e in (GUESS, MAZE)]
+    monkeypatch.setattr(warmup, "sft", no_training)
+    prof = profile("ci")
+    path = warmup.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False)
+    plans = [warm_up_plan(e) for e in (GUESS, MAZE)]
     report = json.loads((path / "sft.json").read_text())
     assert calls == [(sum(p.episodes for p in plans), sum(p.steps for p in plans))]
     assert report["steps"] == sum(p.steps for p in plans) and report["envs"] == [GUESS, MAZE]
-    assert sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) == path and len(calls) == 1  # cached
-    monkeypatch.setattr(env_class(MAZE), "warm_up", dataclasses.replace(plans[1], steps=plans[1].steps + 1))
-    assert sft.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) != path  # a new plan, a new policy
+    assert warmup.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) == path and len(calls) == 1  # cached
+    monkeypatch.setitem(warmup.WARM_UPS, MAZE, dataclasses.replace(plans[1], steps=plans[1].steps + 1))
+    assert warmup.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) != path  # a new plan, a new policy
 
 
 def test_warm_up_share_can_be_replaced(tmp_path, monkeypatch):
@@ -79,9 +95,9 @@ def test_warm_up_share_can_be_replaced(tmp_path, monkeypatch):
         openings.append({d.actions[0] for d in demos})
         return [2.0, 1.0]
 
-    monkeypatch.setattr(sft, "sft", no_training)
-    prof = models.profile("ci")
-    paths = {share: sft.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=share)
+    monkeypatch.setattr(warmup, "sft", no_training)
+    prof = profile("ci")
+    paths = {share: warmup.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=share)
              for share in (None, 0.0, 1.0)}
     assert len(set(paths.values())) == 3  # each share its own cached policy
     assert openings[1] == {"guess(8)"} and openings[2] == {"guess(1)"}  # all expert, all lazy (level 0: 1..16)
@@ -89,12 +105,13 @@ def test_warm_up_share_can_be_replaced(tmp_path, monkeypatch):
     report = json.loads((paths[1.0] / "sft.json").read_text())
     assert report["warm_up"][GUESS]["imperfect_share"] == 1.0
     with pytest.raises(ValueError, match="between 0 and 1"):
-        sft.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=60)
+        warmup.warm_policy_path(prof, envs=[GUESS], progress=False, imperfect_share=60)
 
 
 def test_warm_up_plans_are_sane():
+    assert set(warmup.WARM_UPS) <= set(ENV_IDS)  # a plan under a misspelt id would never be used
     for env_id in ENV_IDS:
-        plan = env_class(env_id).warm_up
+        plan = warm_up_plan(env_id)
         assert isinstance(plan, WarmUp) and plan.episodes > 0 and plan.steps > 0
         assert 0.0 <= plan.imperfect_share <= 1.0
         assert set(plan.levels) <= set(range(env_class(env_id).max_difficulty + 1)), env_id
@@ -104,7 +121,7 @@ def test_warm_up_plans_are_sane():
 def test_every_expert_action_fits_the_turn_budget(policy, env_id):
     """An action that does not end within the budget is invalid, so a budget shorter than the
     expert's actions would cap the warmed policy's success below what it learned."""
-    budget = models.profile("ci").turn_tokens(env_id)
+    budget = profile("ci").turn_tokens(env_id)
     env = make(env_id)
     longest = 0
     for task in split_tasks(env_id, "eval"):

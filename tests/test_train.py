@@ -1,4 +1,5 @@
-"""Training: policies really improve; kill/resume continues exactly; NaN losses are handled."""
+"""Tests of agentlab.train and the algorithms: policies really improve; kill/resume continues
+exactly; NaN losses are handled."""
 
 import dataclasses
 import json
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from agentlab.algos import grpo, losses
-from agentlab.models import LoraSettings, load_policy
+from agentlab.policy import LoraSettings, load_policy
 from agentlab.train import TrainConfig, TrainingDiverged, train
 
 
@@ -77,8 +78,8 @@ def test_ppo_update_improves_its_surrogate(warm_path, batch):
     assert second["v_loss"] < first["v_loss"], "the critic must learn the returns"
 
 
-@pytest.mark.xfail(reason="known weakness (learning issue): the value head on the shared LoRA trunk reaches "
-                          "explained variance -0.06 on GuessNumber after two updates", strict=False)
+@pytest.mark.xfail(reason="known weakness (learning issue): the value head on the shared LoRA trunk explains "
+                          "next to none of GuessNumber's returns after a few updates", strict=False)
 def test_ppo_critic_explains_some_return(warm_path, batch):
     from agentlab.algos import ppo
 
@@ -193,18 +194,44 @@ def test_config_rejects_unknown_algo_and_env(tmp_path):
         train(dataclasses.replace(small(tmp_path, "y"), env_id="agentlab/Nope-v0"), progress=False)
 
 
+def test_ppo_refuses_reward_shaping():
+    from agentlab.rewards import RewardShaping
+    from agentlab.train import resolve
+
+    for shaping in (RewardShaping(zscore=True), RewardShaping(floor_reward=0.1), RewardShaping(diversity_penalty=0.1)):
+        with pytest.raises(ValueError, match="PPO"):
+            resolve(TrainConfig(profile="ci", algo="ppo", shaping=shaping))
+        resolve(TrainConfig(profile="ci", algo="grpo", shaping=shaping))
+    resolve(TrainConfig(profile="ci", algo="ppo", shaping=RewardShaping(eps=1e-3)))  # nothing switched on
+
+
+def test_reflection_retries_all_failed_groups_with_the_last_feedback(tiny_path):
+    import numpy as np
+
+    from agentlab.train import collect, resolve
+
+    cfg = resolve(TrainConfig(profile="ci", tasks_per_update=2, group_size=2, reflection=True, max_new_tokens=4))
+    trajs, retries = collect(load_policy(str(tiny_path)), cfg, 0, torch.Generator().manual_seed(0),
+                             np.random.default_rng(0))
+    failed = [g for g in range(2) if not any(t.success for t in trajs[2 * g:2 * g + 2])]
+    assert failed and len(retries) == 2 * len(failed)  # the untrained policy fails every task
+    for k, t in enumerate(retries):
+        assert t.messages[1]["content"].startswith("A previous attempt failed. Last feedback: ")
+        assert t.task_id == trajs[2 * failed[k // 2]].task_id and t.group == 2 + k // 2
+
+
 def test_a_run_starts_from_the_warm_up_it_names(monkeypatch, tiny_path):
-    from agentlab import sft
+    from agentlab import warmup
     from agentlab.train import load_training_policy, resolve
 
-    shares = []
+    asked = []
 
     def warm(prof, envs=None, imperfect_share=None, **kwargs):  # which warm-up was asked for; the tiny model stands in
-        shares.append((envs, imperfect_share))
+        asked.append((envs, imperfect_share))
         return tiny_path
 
-    monkeypatch.setattr(sft, "warm_policy_path", warm)
-    for share in (0.6, None):
-        policy = load_training_policy(resolve(TrainConfig(profile="ci", imperfect_share=share)))
-        assert policy.num_parameters(trainable_only=True) > 0  # a LoRA adapter on the base
-    assert shares == [(["agentlab/GuessNumber-v0"], 0.6), (["agentlab/GuessNumber-v0"], None)]
+    monkeypatch.setattr(warmup, "warm_policy_path", warm)
+    for policy in (None, str(tiny_path)):
+        trained = load_training_policy(resolve(TrainConfig(profile="ci", env_id="agentlab/Maze-v0", policy=policy)))
+        assert trained.num_parameters(trainable_only=True) > 0  # a LoRA adapter on the base
+    assert asked == [(["agentlab/Maze-v0"], None)]  # no policy named: the env's own warm-up; a path: that one

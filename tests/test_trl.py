@@ -17,7 +17,7 @@ import torch
 from agentlab.envs import env_class, make
 from agentlab.integrations.trl import (TASK_KEY, EpisodeRollout, build_dataset, episode_batch, from_dataset,
                                        reward_funcs, task_of_prompt, to_dataset, tool_environment)
-from agentlab.models import LoraSettings, Policy, load_policy
+from agentlab.policy import LoraSettings, Policy, load_policy
 from agentlab.rollout import (ACTION, PROMPT, SamplingSettings, Trajectory, load_jsonl, make_envs, pad_batch, rollout,
                               save_jsonl)
 from agentlab.tasks import Task

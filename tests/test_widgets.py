@@ -14,17 +14,12 @@ from agentlab.widgets import (
     EnvPlayground,
     TrainingDashboard,
     TrajectoryViewer,
-    active_alarms,
-    diversity_collapse,
-    entropy_collapse,
     reward_breakdown,
-    shortcut,
     token_html,
 )
 
 
-def make_traj(rewards, success=False, env_id="agentlab/GuessNumber-v0", task_id="t0", values=None,
-              truncated=False, group=-1):
+def make_traj(rewards, success=False, env_id="agentlab/GuessNumber-v0", task_id="t0", truncated=False, group=-1):
     """A synthetic episode: 3 prompt tokens, then per turn 2 action tokens and 2 observation tokens."""
     ids, roles, turn_index, logprobs = [1, 2, 3], [PROMPT] * 3, [-1] * 3, [0.0] * 3
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
@@ -44,7 +39,7 @@ def make_traj(rewards, success=False, env_id="agentlab/GuessNumber-v0", task_id=
         infos.append({"valid": r >= 0, "tool": "guess" if r >= 0 else None, "checks": {"consistent_guess": r > 0}})
     return Trajectory(env_id=env_id, task_id=task_id, messages=messages, token_ids=ids, roles=roles,
                       turn_index=turn_index, logprobs=logprobs, actions=[f"guess({t})" for t in range(len(rewards))],
-                      rewards=list(rewards), components=components, infos=infos, values=values,
+                      rewards=list(rewards), components=components, infos=infos,
                       terminated=not truncated, truncated=truncated, success=success, group=group)
 
 
@@ -225,23 +220,6 @@ def test_explorer_group_size_and_scale(trajs):
 
 
 # ---------------------------------------------------------------------------- TrainingDashboard
-
-def test_alarm_functions_on_synthetic_histories():
-    nan = math.nan
-    assert entropy_collapse([1.2, 1.1, 1.2, 0.9, 0.3, 0.2, 0.1])
-    assert not entropy_collapse([1.2, 1.1, 1.2, 1.0, 0.9, 1.0])
-    assert entropy_collapse([0.01, 0.02, 0.01])  # under the floor from the start
-    assert not entropy_collapse([nan, 1.0, nan])  # too little data
-    assert diversity_collapse([0.2, 0.3, 0.7, 0.75, 0.8])
-    assert not diversity_collapse([0.2, 0.8, 0.2, 0.3])
-    turns_down = [5.0] * 5 + [4, 3.5, 3, 2.5] + [2.0] * 5
-    assert shortcut(turns_down, [0.4] * 14)  # shorter, success flat: shortcut
-    assert not shortcut(turns_down, [0.4] * 5 + [0.5, 0.6, 0.7, 0.8] + [0.9] * 5)  # got efficient
-    assert not shortcut([5.0] * 14, [0.4] * 14)
-    assert not shortcut(turns_down[:6], [0.4] * 6)
-    assert active_alarms({"entropy": [1, 1, 1, 0.1, 0.1, 0.1], "self_bleu": [0.1] * 5}) == ["entropy_collapse"]
-    assert active_alarms({}) == []
-
 
 def test_dashboard_records_history_tolerates_missing_keys_and_lights_alarms(trajs):
     dash = TrainingDashboard(min_interval=0.0)

@@ -11,9 +11,9 @@ so the reference costs one extra forward pass and no second model. At the first 
 adapter is zero, π_θ = π_ref, the ratio is 1 and the KL is 0: the loss starts at about
 −mean(A) ≈ 0, which is why "the loss is zero" at the start is expected, not a bug.
 
-Each update takes several small steps (two passes over minibatches of 32 episodes): measured on
-the tiny policy, one pass in minibatches of 64 moved it three to four times slower, while the
-clipped ratio keeps the extra steps close to the sampling policy.
+Each update takes several small steps (two passes over minibatches of 32 episodes) rather than
+one large one: more steps move the policy further per batch of rollouts, and the clipped ratio
+keeps the extra steps close to the sampling policy.
 
 A group whose episodes all got the same reward has A = 0 everywhere and gives no gradient;
 such groups are dropped from the backward pass and their share is logged (``zero_var_frac``).
@@ -46,7 +46,7 @@ class GRPOSettings:
 
 
 def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, group_size: int,
-           s: GRPOSettings, generator: torch.Generator | None = None, **_) -> dict:
+           s: GRPOSettings, generator: torch.Generator | None = None) -> dict:
     """One GRPO update on ``trajs`` (contiguous groups of ``group_size``) with episode ``rewards`` (N,)."""
     adv = group_advantages(rewards, group_size, scale=s.adv_scale)  # (N,)
     flat = zero_variance_mask(rewards, group_size)  # (N,) True where the group's rewards are all equal

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from agentlab.metrics import kl_k3, masked_mean
+from agentlab.metrics import approx_kl, clip_fraction, masked_mean
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
@@ -24,15 +24,15 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
     loss = masked_mean(-torch.min(unclipped, clipped), mask)
     with torch.no_grad():
         stats = {
-            "clip_frac": float(masked_mean(((ratio - 1).abs() > clip_coef).float(), mask)),
-            "approx_kl": float(masked_mean(kl_k3(logp, old_logp), mask)),  # KL to the sampling policy
+            "clip_frac": float(clip_fraction(ratio, clip_coef, mask)),
+            "approx_kl": float(approx_kl(logp, old_logp, mask)),  # KL to the sampling policy
         }
     return loss, stats
 
 
 def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean k3 estimate of KL(π_θ ‖ π_ref) over action tokens."""
-    return masked_mean(kl_k3(logp, ref_logp), mask)
+    """Mean k3 estimate of KL(π_θ ‖ π_ref) over action tokens: `approx_kl` against the reference."""
+    return approx_kl(logp, ref_logp, mask)
 
 
 def minibatches(n: int, size: int, generator: torch.Generator | None = None):

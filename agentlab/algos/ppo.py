@@ -14,12 +14,11 @@ policy gradients meet in the shared trunk, which ``vf_coef`` balances.
 The difference from GRPO is only here: advantages come from a critic per turn, not from
 a group per episode, so PPO gives credit turn by turn (S14, S19).
 
-Measured on GuessNumber with the tiny policy and the outcome reward: these defaults raise
-held-out greedy success as fast as GRPO does (0.125 → 0.875 in three to six updates), while
-the critic's explained variance stays between 0 and 0.15: the text before a guess says little
-about whether the game will be won, so the advantage is mostly the episode's outcome minus a
-baseline. With the process reward a critic that has not learned yet favours early turns
-(notebook 05, section 6).
+On GuessNumber with the outcome reward the critic explains little of the return: the text
+before a guess says little about whether the game will be won, so the advantage is mostly the
+episode's outcome minus a baseline. With the process reward a critic that has not learned yet
+favours early turns (notebook 05, section 6). Reward shaping (`RewardShaping`) is GRPO's only:
+`train` refuses it with PPO.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def turn_batch(trajs: list[Trajectory]) -> dict[str, torch.Tensor]:
 
 
 def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_head: ValueHead,
-           generator: torch.Generator | None = None, **_) -> dict:
+           generator: torch.Generator | None = None) -> dict:
     """One PPO update: values and GAE with the current weights, then epochs of minibatches."""
     device, temperature = policy.device, trajs[0].temperature
     batch = {k: v.to(device) for k, v in pad_batch(trajs, policy.pad_id).items()}

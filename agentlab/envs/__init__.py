@@ -10,7 +10,7 @@ import importlib
 
 import gymnasium as gym
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp, parse_action
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, parse_action
 
 # Gymnasium id -> "module:Class". Swapping the task swaps only this line (S1).
 ENV_CLASSES = {
@@ -25,12 +25,17 @@ ENV_CLASSES = {
 ENV_IDS = list(ENV_CLASSES)
 
 
-def env_class(env_id: str) -> type[TextEnv]:
-    """The class behind a Gymnasium id (or a short name such as "GuessNumber")."""
+def full_id(env_id: str) -> str:
+    """The Gymnasium id of an env given by id or by short name ("GuessNumber" -> "agentlab/GuessNumber-v0")."""
     full = env_id if env_id in ENV_CLASSES else f"agentlab/{env_id}-v0"
     if full not in ENV_CLASSES:
         raise KeyError(f"unknown environment {env_id!r}; known: {', '.join(ENV_IDS)}")
-    module, cls = ENV_CLASSES[full].split(":")
+    return full
+
+
+def env_class(env_id: str) -> type[TextEnv]:
+    """The class behind a Gymnasium id (or a short name such as "GuessNumber")."""
+    module, cls = ENV_CLASSES[full_id(env_id)].split(":")
     return getattr(importlib.import_module(module), cls)
 
 
@@ -45,4 +50,4 @@ def register_all() -> None:
             gym.register(id=env_id, entry_point=entry, disable_env_checker=False)
 
 
-__all__ = ["Action", "ActionError", "Outcome", "TextEnv", "WarmUp", "parse_action", "ENV_IDS", "env_class", "make", "register_all"]
+__all__ = ["Action", "ActionError", "Outcome", "TextEnv", "parse_action", "ENV_IDS", "env_class", "full_id", "make", "register_all"]

@@ -28,8 +28,9 @@ A subclass supplies the task generator, the episode logic and the scripted exper
     expert_action() -> str                # the scripted expert's next action
     _constraint(action) -> str | None     # optional: why an action is refused now
 
-and two class attributes for the tiny CPU policy: ``warm_up`` (how `agentlab.sft` demonstrates
-the env) and ``action_tokens`` (the per-turn token budget its longest actions need).
+and ``action_tokens``, the per-turn token budget the expert's longest actions need (a policy
+given fewer tokens could not finish them). How the tiny policy is taught an env before RL is
+not part of the env: it is planned in `agentlab.warmup`.
 """
 
 from __future__ import annotations
@@ -147,24 +148,6 @@ class Outcome:
     checks: dict[str, bool] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------------------- the SFT warm-up
-
-@dataclass(frozen=True)
-class WarmUp:
-    """How the SFT warm-up (`agentlab.sft`) demonstrates one env to the tiny policy.
-
-    Envs differ in what the tiny model must pick up before RL has anything to work with: a
-    GuessNumber guess is a copy of the range just stated, while a WebSearch answer copies a
-    made-up name from a document and a Math step needs the times table. The ones that need more
-    get more distinct demonstrations and more steps (measured in ``bench/warm.py``).
-    """
-
-    levels: tuple[int, ...] = (0, 0, 1)  # difficulties demonstrated, cycled over the episodes
-    episodes: int = 300  # distinct demonstrations
-    steps: int = 300  # SFT steps (of the profile's batch) when the env is warmed alone
-    imperfect_share: float = 0.6  # share of episodes acted by the biased demonstrator
-
-
 # ---------------------------------------------------------------------------- the env
 
 class TextEnv(gym.Env):
@@ -181,7 +164,6 @@ class TextEnv(gym.Env):
     default_max_steps: ClassVar[int] = 8
     max_difficulty: ClassVar[int] = 3
     example_action: ClassVar[str] = ""
-    warm_up: ClassVar[WarmUp] = WarmUp()
     # Tokens per turn that the expert's longest actions take with the tiny tokenizer, with room to
     # spare; a profile whose per-turn budget is smaller is raised to this on the env (`turn_tokens`).
     action_tokens: ClassVar[int] = 24

@@ -46,7 +46,7 @@ import re
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv
 from agentlab.tasks import Task
 
 # domain -> openers and slots; each slot: words that name it, values (the first few are the
@@ -132,8 +132,6 @@ class DialogEnv(TextEnv):
     max_difficulty = 3
     example_action = "ask(what time?)"
     action_tokens = 40  # act(...) with four slots is up to 36 tiny-tokenizer tokens
-    # act(...) copies the values the user gave: the tiny model needs many distinct dialogues to learn to copy.
-    warm_up = WarmUp(episodes=3000, steps=1000)
 
     # -- tasks ---------------------------------------------------------------------------------
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:

@@ -12,9 +12,8 @@ Observations:
     The task ("Find the hidden number between 1 and 16 ...") then, after each guess, "n is
     too low" or "n is too high", the range still possible ("it is between 9 and 16") and the
     guesses left. Stating the range makes each good guess a function of the last observation
-    alone; without it the tiny CPU policy had to combine every earlier reply and, measured,
-    never learned to (its bisection after a first guess of 8 succeeded 0.47 of the time, with
-    the range 0.67).
+    alone; without it a policy must combine every earlier reply, which the tiny CPU policy did
+    not learn to do (bench/RESULTS.md, "Measurements behind design choices").
 
 Rewards (components):
     ``correct`` (outcome, +1.0) when the number is found; ``consistent`` (process, +0.1) for a
@@ -39,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp, echo
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, echo
 from agentlab.tasks import Task
 
 PARAPHRASES = [
@@ -59,12 +58,6 @@ class GuessNumberEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "guess(8)"
-    # The warm-up demonstrates 1..16 only: random offsets (level 1+) need arithmetic the tiny model lacks;
-    # demonstrating levels 0-3 too left greedy success as it was (greedy decoding plays the lazy habit).
-    # Half the episodes are lazy: with the lazy habit in the majority, greedy decoding plays it move
-    # for move, and it wins too few eval tasks to tell from the untrained model. The GRPO demo starts
-    # from that lazier mix on purpose (`agentlab.demo.LAZY_SHARE`).
-    warm_up = WarmUp(levels=(0,), imperfect_share=0.5)
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         size, steps = LEVELS[int(np.clip(difficulty, 0, self.max_difficulty))]

@@ -56,7 +56,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp, echo
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, echo
 from agentlab.tasks import Task
 
 # ---------------------------------------------------------------------------- a safe evaluator
@@ -274,9 +274,6 @@ class MathEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "step(4 * 5 = 20)"
-    # A step copies the question's numbers and needs the times table. Measured (level 0 only, 30%
-    # lazy): 1,500 steps on 3,000 episodes gave 0.10 greedy on level 0, 3,000 on 6,000 gave 0.85.
-    warm_up = WarmUp(levels=(0,), episodes=6000, steps=3000, imperfect_share=0.3)
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         difficulty = int(np.clip(difficulty, 0, self.max_difficulty))

@@ -56,7 +56,7 @@ from collections import Counter
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv
 from agentlab.tasks import Task
 
 # ---------------------------------------------------------------------------- the database
@@ -263,8 +263,6 @@ class SQLEnv(TextEnv):
     max_difficulty = 3
     example_action = "query(SELECT COUNT(*) FROM some_table)"
     action_tokens = 112  # the gold query of a level-3 task is up to 98 tiny-tokenizer tokens
-    # The careless answer always fails: at 60% greedy decoding took that habit (0 success).
-    warm_up = WarmUp(episodes=3000, steps=1000, imperfect_share=0.4)
     MAX_QUERY_REWARDS = 2  # query_ok is paid at most this often per episode
     SHOW_ROWS = 10
 

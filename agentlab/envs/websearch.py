@@ -56,7 +56,7 @@ import re
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, WarmUp
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv
 from agentlab.tasks import Task
 
 RELEVANT = 0.5  # default relevance a hit needs before a search counts as useful
@@ -200,8 +200,6 @@ class WebSearchEnv(TextEnv):
     default_max_steps = 10
     max_difficulty = 3
     example_action = "search(Valdoria)"
-    # Answers copy made-up names out of documents: the tiny model needs many distinct ones to learn to copy.
-    warm_up = WarmUp(episodes=3000, steps=1000)
 
     def __init__(self, tasks=None, *, require_evidence: bool = True, relevance_threshold: float = RELEVANT, **kwargs):
         super().__init__(tasks, **kwargs)

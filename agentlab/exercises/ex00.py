@@ -1,4 +1,5 @@
-"""Exercises of notebook 00 (setup and tour): how much of the policy LoRA trains."""
+"""Exercises of notebook 00 (setup and tour): how much of the policy LoRA trains, and how many
+guesses always find a hidden number."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from agentlab.exercises import exercise
+from agentlab.exercises import exercise, first_mismatch, scalar, whole
 
 
 def _toy_models():
@@ -48,30 +49,33 @@ def _trainable_over_frozen(model):
     return sum(p.numel() for p in model.parameters() if p.requires_grad) / max(frozen, 1)
 
 
-@exercise(
-    "00.trainable_fraction",
-    "write trainable_fraction(model) -> float: the share of the model's parameter *elements* that "
-    "requires_grad (0.0 to 1.0)",
-    wrong=[_counts_tensors, _frozen_share, _trainable_over_frozen],
-)
+@exercise("00.trainable_fraction", wrong=[_counts_tensors, _frozen_share, _trainable_over_frozen])
 def check_trainable_fraction(trainable_fraction) -> str | None:
-    for what, model in _toy_models():
-        want = _reference(model)
-        got = trainable_fraction(model)
-        if isinstance(got, torch.Tensor):
-            got = got.item()
-        if not isinstance(got, (int, float)) or not math.isfinite(float(got)):
-            return f"return a number between 0 and 1, got {got!r}"
-        if math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-12):
-            continue
-        tensors = sum(p.requires_grad for p in model.parameters()) / len(list(model.parameters()))
-        if math.isclose(float(got), tensors):
-            return (f"on '{what}' you counted parameter tensors ({tensors:.3f}); count their elements with "
-                    f"p.numel(): the answer is {want:.4f}.")
-        if math.isclose(float(got), 1 - want):
-            return f"on '{what}' you returned the frozen share {got:.4f}; the trainable share is {want:.4f}."
-        return f"on '{what}' the trainable share is {want:.4f}, you returned {float(got):.4f}."
-    return None
+    """write trainable_fraction(model) -> float: the share of the model's parameter *elements* that
+    requires_grad (0.0 to 1.0)"""
+    return first_mismatch(_toy_models(), lambda case: scalar(trainable_fraction(case[1])),
+                          lambda case: _reference(case[1]), _same_share, _explain_share)
+
+
+def _same_share(got, want) -> bool:
+    return _is_number(got) and math.isclose(float(got), want, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(float(x))
+
+
+def _explain_share(case, got, want) -> str:
+    what, model = case
+    if not _is_number(got):
+        return f"return a number between 0 and 1, got {got!r}"
+    tensors = sum(p.requires_grad for p in model.parameters()) / len(list(model.parameters()))
+    if math.isclose(float(got), tensors):
+        return (f"on '{what}' you counted parameter tensors ({tensors:.3f}); count their elements with "
+                f"p.numel(): the answer is {want:.4f}.")
+    if math.isclose(float(got), 1 - want):
+        return f"on '{what}' you returned the frozen share {got:.4f}; the trainable share is {want:.4f}."
+    return f"on '{what}' the trainable share is {want:.4f}, you returned {float(got):.4f}."
 
 
 # ---------------------------------------------------------------------------- 00.guesses_needed
@@ -118,32 +122,26 @@ def _bisection_worst_case(n: int) -> int:
     return worst
 
 
-@exercise(
-    "00.guesses_needed",
-    "write guesses_needed(n) -> int: the fewest guesses that always find a number hidden among n "
-    "candidates when every wrong guess is answered 'higher' or 'lower'",
-    wrong=[_guesses_log2, _guesses_halving, _guesses_linear],
-)
+@exercise("00.guesses_needed", wrong=[_guesses_log2, _guesses_halving, _guesses_linear])
 def check_guesses_needed(guesses_needed) -> str | None:
-    for n in _SIZES:
-        want = _reference_guesses(n)
-        got = guesses_needed(n)
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if not isinstance(got, int):
-            return f"return a whole number of guesses; for n = {n} you returned {got!r}"
-        if got == want:
-            continue
-        if n <= 64:
-            played = _bisection_worst_case(n)
-            hint = f"playing all {n} targets with the midpoint rule, the longest game takes {played} guesses"
-        else:
-            hint = f"k guesses can tell apart at most 2^k − 1 numbers, and 2^{want - 1} − 1 = {2 ** (want - 1) - 1} < {n}"
-        if got == want - 1:
-            return (f"one short for n = {n}: you returned {got}, but {hint}. A guess can be the number itself, "
-                    "so k guesses cover 2^k − 1 numbers, not 2^k.")
-        if got == n and n > 3:
-            return (f"for n = {n} you returned {got}: that is trying every number in turn. The feedback halves "
-                    f"what is left, so far fewer guesses suffice ({want}).")
-        return f"for n = {n} the answer is {want} ({hint}); you returned {got}."
-    return None
+    """write guesses_needed(n) -> int: the fewest guesses that always find a number hidden among n candidates
+    when every wrong guess is answered 'higher' or 'lower'"""
+    return first_mismatch(_SIZES, lambda n: whole(guesses_needed(n)), _reference_guesses,
+                          lambda got, want: isinstance(got, int) and got == want, _explain_guesses)
+
+
+def _explain_guesses(n, got, want) -> str:
+    if not isinstance(got, int):
+        return f"return a whole number of guesses; for n = {n} you returned {got!r}"
+    if n <= 64:
+        played = _bisection_worst_case(n)
+        hint = f"playing all {n} targets with the midpoint rule, the longest game takes {played} guesses"
+    else:
+        hint = f"k guesses can tell apart at most 2^k − 1 numbers, and 2^{want - 1} − 1 = {2 ** (want - 1) - 1} < {n}"
+    if got == want - 1:
+        return (f"one short for n = {n}: you returned {got}, but {hint}. A guess can be the number itself, "
+                "so k guesses cover 2^k − 1 numbers, not 2^k.")
+    if got == n and n > 3:
+        return (f"for n = {n} you returned {got}: that is trying every number in turn. The feedback halves "
+                f"what is left, so far fewer guesses suffice ({want}).")
+    return f"for n = {n} the answer is {want} ({hint}); you returned {got}."

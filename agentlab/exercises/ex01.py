@@ -5,20 +5,11 @@ from __future__ import annotations
 import gymnasium as gym
 
 from agentlab.envs import make
-from agentlab.exercises import exercise
+from agentlab.exercises import Feedback, exercise, first_mismatch
+from agentlab.rollout import play
 from agentlab.tasks import TaskFileError, validate_task
 
 # ---------------------------------------------------------------------------- 01.run_episode
-
-
-def _reference_episode(env, policy, seed):
-    obs, _ = env.reset(seed=seed)
-    total, turns = 0.0, 0
-    while True:
-        obs, reward, terminated, truncated, info = env.step(policy(obs))
-        total, turns = total + reward, turns + 1
-        if terminated or truncated:
-            return total, turns, bool(info["success"])
 
 
 def _loop_until_terminated(env, policy, seed=None):
@@ -51,7 +42,8 @@ def _success_is_terminated(env, policy, seed=None):
 
 
 def _episode_cases():
-    """(description, env factory, policy factory, seed): an ending of each kind."""
+    """(description, env factory, act(env) -> action, seed): an ending of each kind. The kit's `play`
+    calls act(env); the learner's loop gets policy(obs) = act(env), as no policy here reads obs."""
     def guess_env():
         return make("agentlab/GuessNumber-v0")
 
@@ -59,44 +51,56 @@ def _episode_cases():
         return make("agentlab/WebSearch-v0", require_evidence=False)
 
     return [
-        ("GuessNumber with the scripted expert (ends by success)", guess_env, lambda env: lambda obs: env.expert_action(), 3),
-        ("GuessNumber always guessing 1 (ends at the step limit)", guess_env, lambda env: lambda obs: "guess(1)", 0),
-        ("GuessNumber with a malformed action every turn", guess_env, lambda env: lambda obs: "eight", 1),
+        ("GuessNumber with the scripted expert (ends by success)", guess_env, lambda env: env.expert_action(), 3),
+        ("GuessNumber always guessing 1 (ends at the step limit)", guess_env, lambda env: "guess(1)", 0),
+        ("GuessNumber with a malformed action every turn", guess_env, lambda env: "eight", 1),
         ("WebSearch finishing at once with a wrong answer (ends by failure)", web_env,
-         lambda env: lambda obs: "finish(no idea)", 2),
+         lambda env: "finish(no idea)", 2),
     ]
 
 
-@exercise(
-    "01.run_episode",
-    "write run_episode(env, policy, seed=None) -> (total_reward, turns, success): reset, then step with "
-    "policy(obs) until the episode ends",
-    wrong=[_loop_until_terminated, _last_reward_only, _success_is_terminated],
-)
+def _reference_episode(case) -> tuple[float, int, bool]:
+    """The kit's own episode loop, `agentlab.rollout.play`."""
+    _, new_env, act, seed = case
+    traj = play(new_env(), act, seed=seed)
+    return traj.total_reward, traj.num_turns, traj.success
+
+
+@exercise("01.run_episode", wrong=[_loop_until_terminated, _last_reward_only, _success_is_terminated])
 def check_run_episode(run_episode) -> str | None:
-    for what, new_env, new_policy, seed in _episode_cases():
-        env = new_env()
-        want = _reference_episode(env, new_policy(env), seed)
+    """write run_episode(env, policy, seed=None) -> (total_reward, turns, success): reset, then step with
+    policy(obs) until the episode ends"""
+    def answer(case):
+        what, new_env, act, seed = case
         env = new_env()
         try:
-            got = run_episode(env, new_policy(env), seed)
+            return run_episode(env, lambda obs: act(env), seed)
         except RuntimeError as err:
             if "episode is over" in str(err):
-                return (f"on '{what}' your loop kept stepping after the episode ended. An episode ends when "
-                        "terminated OR truncated is True: truncated marks the step limit.")
+                raise Feedback(f"on '{what}' your loop kept stepping after the episode ended. An episode ends when "
+                               "terminated OR truncated is True: truncated marks the step limit.") from err
             raise
-        if not isinstance(got, tuple) or len(got) != 3:
-            return f"return a tuple (total_reward, turns, success), got {got!r}"
-        total, turns, success = got
-        if turns != want[1]:
-            return f"on '{what}' the episode lasts {want[1]} turns, you counted {turns}."
-        if abs(float(total) - want[0]) > 1e-9:
-            return (f"on '{what}' the total reward is {want[0]:+.3f}, you returned {float(total):+.3f}: "
-                    "add up the reward of every step, not only the last one.")
-        if bool(success) != want[2]:
-            return (f"on '{what}' success is {want[2]}, you returned {bool(success)}. terminated only says the "
-                    "episode ended by itself (a wrong finish(...) terminates too): read info['success'].")
-    return None
+
+    return first_mismatch(_episode_cases(), answer, _reference_episode, _same_episode, _explain_episode)
+
+
+def _same_episode(got, want) -> bool:
+    return (isinstance(got, tuple) and len(got) == 3 and got[1] == want[1] and abs(float(got[0]) - want[0]) <= 1e-9
+            and bool(got[2]) == want[2])
+
+
+def _explain_episode(case, got, want) -> str:
+    what = case[0]
+    if not isinstance(got, tuple) or len(got) != 3:
+        return f"return a tuple (total_reward, turns, success), got {got!r}"
+    total, turns, success = got
+    if turns != want[1]:
+        return f"on '{what}' the episode lasts {want[1]} turns, you counted {turns}."
+    if abs(float(total) - want[0]) > 1e-9:
+        return (f"on '{what}' the total reward is {want[0]:+.3f}, you returned {float(total):+.3f}: "
+                "add up the reward of every step, not only the last one.")
+    return (f"on '{what}' success is {want[2]}, you returned {bool(success)}. terminated only says the "
+            "episode ended by itself (a wrong finish(...) terminates too): read info['success'].")
 
 
 # ---------------------------------------------------------------------------- 01.make_task
@@ -122,13 +126,10 @@ def _task_with_text_steps():
             "max_steps": "4", "reward_weights": {"correct": 2.0}, "data": {"lo": 1, "hi": 16}}
 
 
-@exercise(
-    "01.make_task",
-    "write make_task() -> dict: a GuessNumber task entry, hidden number 11 in 1..16, at most 4 guesses, "
-    "a correct guess worth 2.0",
-    wrong=[_task_without_type, _task_with_unknown_weight, _task_without_data, _task_with_text_steps],
-)
+@exercise("01.make_task", wrong=[_task_without_type, _task_with_unknown_weight, _task_without_data, _task_with_text_steps])
 def check_make_task(make_task) -> str | None:
+    """write make_task() -> dict: a GuessNumber task entry, hidden number 11 in 1..16, at most 4 guesses,
+    a correct guess worth 2.0"""
     entry = make_task()
     try:
         validate_task(entry)
@@ -174,13 +175,10 @@ def _register_nothing():
     return "learner/NeverRegistered-v0"
 
 
-@exercise(
-    "01.register_variant",
-    "write register_variant() -> str: register a Gymnasium id for WebSearch with require_evidence=False "
-    "and return the id",
-    wrong=[_register_default, _register_nothing],
-)
+@exercise("01.register_variant", wrong=[_register_default, _register_nothing])
 def check_register_variant(register_variant) -> str | None:
+    """write register_variant() -> str: register a Gymnasium id for WebSearch with require_evidence=False
+    and return the id"""
     env_id = register_variant()
     if not isinstance(env_id, str):
         return f"return the id you registered, as a string; got {env_id!r}."

@@ -7,7 +7,7 @@ import math
 import torch
 
 from agentlab.advantages import group_advantages, zero_variance_fraction
-from agentlab.exercises import exercise
+from agentlab.exercises import all_close, exercise, first_mismatch, floats, scalar
 
 # (rewards, group_size): mixed groups, a group that all failed, groups of different spreads.
 GROUP_CASES = [
@@ -16,16 +16,6 @@ GROUP_CASES = [
     ([0.0, 0.0, 0.0, 1.0, 0.0, 0.0], 3),  # the first group all failed
     ([0.5, 0.5, 2.0, 0.0], 2),  # an all-equal group, then a wide one
 ]
-
-
-def _as_list(out) -> list[float]:
-    if isinstance(out, torch.Tensor):
-        out = out.detach().flatten().tolist()
-    return [float(x) for x in out]
-
-
-def _close(a, b) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b))
 
 
 # -- wrong answers
@@ -51,30 +41,32 @@ def _interleaved(rewards, group_size):
     return adv.flatten().tolist()
 
 
-@exercise(
-    "06.group_advantages",
-    "write group_advantages(rewards, group_size) -> list: (r − mean of its group) / (population std of "
-    "its group + 1e-6), groups contiguous",
-    wrong=[_batch_mean, _sample_std, _no_eps, _interleaved],
-)
+@exercise("06.group_advantages", wrong=[_batch_mean, _sample_std, _no_eps, _interleaved])
 def check_group_advantages(fn) -> str | None:
-    for rewards, G in GROUP_CASES:
-        want = group_advantages(torch.tensor(rewards, dtype=torch.float64), G).tolist()
-        got = _as_list(fn(list(rewards), G))
-        if _close(got, want):
-            continue
-        if any(math.isnan(x) or math.isinf(x) for x in got):
-            return (f"rewards={rewards}, G={G}: you returned NaN or inf. A group whose rewards are all equal has "
-                    "std 0: add 1e-6 to the std, and that group gets advantage 0.")
-        if len(got) == len(want):
-            groups = [got[i:i + G] for i in range(0, len(got), G)]
-            if not all(abs(sum(g)) < 1e-5 for g in groups):
-                return (f"rewards={rewards}, G={G}: your advantages {[round(x, 3) for x in got]} do not sum to 0 "
-                        "within each group. Subtract each group's own mean (samples 0..G−1 are group 0, G..2G−1 "
-                        "group 1, …), not the batch's.")
-        return (f"rewards={rewards}, G={G}: want {[round(x, 3) for x in want]}, got {[round(x, 3) for x in got]}. "
-                "Divide by the population std (unbiased=False): GRPO compares a sample with its own group.")
-    return None
+    """write group_advantages(rewards, group_size) -> list: (r − mean of its group) / (population std of its
+    group + 1e-6), groups contiguous"""
+    return first_mismatch(GROUP_CASES, lambda case: floats(fn(list(case[0]), case[1])), _reference_advantages,
+                          lambda got, want: all_close(got, want, rel_tol=1e-5, abs_tol=1e-6), _explain_advantages)
+
+
+def _reference_advantages(case) -> list[float]:
+    rewards, G = case
+    return group_advantages(torch.tensor(rewards, dtype=torch.float64), G).tolist()
+
+
+def _explain_advantages(case, got, want) -> str:
+    rewards, G = case
+    if any(math.isnan(x) or math.isinf(x) for x in got):
+        return (f"rewards={rewards}, G={G}: you returned NaN or inf. A group whose rewards are all equal has "
+                "std 0: add 1e-6 to the std, and that group gets advantage 0.")
+    if len(got) == len(want):
+        groups = [got[i:i + G] for i in range(0, len(got), G)]
+        if not all(abs(sum(g)) < 1e-5 for g in groups):
+            return (f"rewards={rewards}, G={G}: your advantages {[round(x, 3) for x in got]} do not sum to 0 "
+                    "within each group. Subtract each group's own mean (samples 0..G−1 are group 0, G..2G−1 "
+                    "group 1, …), not the batch's.")
+    return (f"rewards={rewards}, G={G}: want {[round(x, 3) for x in want]}, got {[round(x, 3) for x in got]}. "
+            "Divide by the population std (unbiased=False): GRPO compares a sample with its own group.")
 
 
 # ---------------------------------------------------------------------------- 06.zero_var_fraction
@@ -102,20 +94,17 @@ def _std_of_batch(rewards, group_size):
     return float(torch.tensor(rewards).std() == 0)
 
 
-@exercise(
-    "06.zero_var_fraction",
-    "write zero_var_fraction(rewards, group_size) -> float: the fraction of groups whose rewards are all equal",
-    wrong=[_counts_samples, _only_failed, _std_of_batch],
-)
+@exercise("06.zero_var_fraction", wrong=[_counts_samples, _only_failed, _std_of_batch])
 def check_zero_var_fraction(fn) -> str | None:
-    for rewards, G in ZV_CASES:
-        want = zero_variance_fraction(torch.tensor(rewards), G)
-        got = fn(list(rewards), G)
-        got = float(got.item() if isinstance(got, torch.Tensor) else got)
-        if math.isclose(got, want, abs_tol=1e-9):
-            continue
-        if got > 1:
-            return f"rewards={rewards}, G={G}: return a fraction of the groups (0 to 1), got {got}."
-        return (f"rewards={rewards}, G={G}: {want:.3f} of the groups have equal rewards, you returned {got:.3f}. "
-                "A group is flat when all its rewards are equal — all successes count too, not only failures.")
-    return None
+    """write zero_var_fraction(rewards, group_size) -> float: the fraction of groups whose rewards are all equal"""
+    return first_mismatch(ZV_CASES, lambda case: float(scalar(fn(list(case[0]), case[1]))),
+                          lambda case: zero_variance_fraction(torch.tensor(case[0]), case[1]),
+                          lambda got, want: math.isclose(got, want, abs_tol=1e-9), _explain_zero_var)
+
+
+def _explain_zero_var(case, got, want) -> str:
+    rewards, G = case
+    if got > 1:
+        return f"rewards={rewards}, G={G}: return a fraction of the groups (0 to 1), got {got}."
+    return (f"rewards={rewards}, G={G}: {want:.3f} of the groups have equal rewards, you returned {got:.3f}. "
+            "A group is flat when all its rewards are equal — all successes count too, not only failures.")

@@ -12,8 +12,9 @@ the parameter counts of the real architectures built on PyTorch's meta device (n
 from __future__ import annotations
 
 import math
+import operator
 
-from agentlab.exercises import exercise
+from agentlab.exercises import exercise, first_mismatch, whole
 
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -99,37 +100,32 @@ LORA_CASES = [
 ]
 
 
-@exercise(
-    "07.lora_params",
-    "write lora_params(config, r, targets) -> int: trainable LoRA parameters over all layers of a "
-    "Llama/Qwen2-style model (config: a dict as in config.json; targets: projection names)",
-    wrong=[_lora_no_gqa, _lora_product, _lora_one_layer, _lora_only_a],
-)
+@exercise("07.lora_params", wrong=[_lora_no_gqa, _lora_product, _lora_one_layer, _lora_only_a])
 def check_lora_params(fn) -> str | None:
-    for name, r, targets in LORA_CASES:
-        c = dict(CONFIGS[name])
-        want = _lora(c, r, targets)
-        got = fn(dict(c), r, tuple(targets))
-        if isinstance(got, float) and got.is_integer():
-            got = int(got)
-        if got == want:
-            continue
-        where = f"{name} with r={r}, targets {list(targets)}"
-        if not isinstance(got, (int, float)):
-            return f"return a number (an int); for {where} you returned {type(got).__name__}"
-        if got == _lora_one_layer(c, r, targets):
-            return f"for {where} you counted one decoder layer; there are {c['num_hidden_layers']} of them"
-        if got == _lora_product(c, r, targets):
-            return (f"for {where} you returned r·d_in·d_out: LoRA trains A (r × d_in) and B (d_out × r), "
-                    "that is r·(d_in + d_out) per adapted layer")
-        if got == _lora_only_a(c, r, targets):
-            return f"for {where} you counted only A (r × d_in); B (d_out × r) is trained too"
-        if got == _lora_no_gqa(c, r, targets) and c["num_key_value_heads"] != c["num_attention_heads"]:
-            kv = c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"])
-            return (f"for {where}: k_proj and v_proj are narrower than q_proj (grouped-query attention): they output "
-                    f"num_key_value_heads × head_dim = {kv} values, not hidden_size = {c['hidden_size']}")
-        return f"for {where} the count is {want:,}; you returned {got:,}"
-    return None
+    """write lora_params(config, r, targets) -> int: trainable LoRA parameters over all layers of a
+    Llama/Qwen2-style model (config: a dict as in config.json; targets: projection names)"""
+    return first_mismatch(LORA_CASES, lambda case: whole(fn(dict(CONFIGS[case[0]]), case[1], tuple(case[2]))),
+                          lambda case: _lora(CONFIGS[case[0]], *case[1:]), operator.eq, _explain_lora)
+
+
+def _explain_lora(case, got, want) -> str:
+    name, r, targets = case
+    c = CONFIGS[name]
+    where = f"{name} with r={r}, targets {list(targets)}"
+    if not isinstance(got, (int, float)):
+        return f"return a number (an int); for {where} you returned {type(got).__name__}"
+    if got == _lora_one_layer(c, r, targets):
+        return f"for {where} you counted one decoder layer; there are {c['num_hidden_layers']} of them"
+    if got == _lora_product(c, r, targets):
+        return (f"for {where} you returned r·d_in·d_out: LoRA trains A (r × d_in) and B (d_out × r), "
+                "that is r·(d_in + d_out) per adapted layer")
+    if got == _lora_only_a(c, r, targets):
+        return f"for {where} you counted only A (r × d_in); B (d_out × r) is trained too"
+    if got == _lora_no_gqa(c, r, targets) and c["num_key_value_heads"] != c["num_attention_heads"]:
+        kv = c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"])
+        return (f"for {where}: k_proj and v_proj are narrower than q_proj (grouped-query attention): they output "
+                f"num_key_value_heads × head_dim = {kv} values, not hidden_size = {c['hidden_size']}")
+    return f"for {where} the count is {want:,}; you returned {got:,}"
 
 
 # ---------------------------------------------------------------------------- 07.memory_gb
@@ -168,40 +164,39 @@ MEMORY_CASES = [
 ]
 
 
-@exercise(
-    "07.memory_gb",
-    "write memory_gb(config, r, linear_bits, other_bits) -> GB (1e9 bytes): the decoder's linear weights at "
-    "linear_bits, every other parameter at other_bits, plus 16 bytes per LoRA parameter (all 7 projections, rank r)",
-    wrong=[_mem_all_4bit, _mem_gib, _mem_tied_twice, _mem_lora_weights_only, _mem_no_bias],
-)
+@exercise("07.memory_gb", wrong=[_mem_all_4bit, _mem_gib, _mem_tied_twice, _mem_lora_weights_only, _mem_no_bias])
 def check_memory_gb(fn) -> str | None:
-    for name, r, linear_bits, other_bits in MEMORY_CASES:
-        c = dict(CONFIGS[name])
-        want = _memory(c, r, linear_bits, other_bits)
-        got = fn(dict(c), r, linear_bits, other_bits)
-        if not isinstance(got, (int, float)):
-            return f"return a number of GB (a float); you returned {type(got).__name__}"
-        if math.isclose(got, want, rel_tol=1e-6):
-            continue
-        where = f"{name} (r={r}, linear_bits={linear_bits}, other_bits={other_bits})"
-        close = lambda other: math.isclose(got, other, rel_tol=1e-6)  # noqa: E731
-        if close(want * 1e9 / 2**30):
-            return f"for {where} you returned GiB (2^30 bytes); the exercise asks for GB = 10^9 bytes"
-        if close(want * 8):
-            return f"for {where} your answer is 8× too large: divide bits by 8 to get bytes"
-        if close(_mem_all_4bit(c, r, linear_bits, other_bits)):
-            return (f"for {where} you stored every parameter at linear_bits; bitsandbytes quantises only the "
-                    "decoder's linear layers: embeddings, the output head and the norms keep other_bits")
-        if close(_mem_tied_twice(c, r, linear_bits, other_bits)):
-            return (f"{name} ties its output head to the input embedding (tie_word_embeddings=True): "
-                    "the vocab × hidden table is stored once")
-        if close(_mem_lora_weights_only(c, r, linear_bits, other_bits)):
-            return (f"for {where} you counted 4 bytes per LoRA parameter: training also keeps its fp32 "
-                    "gradient and AdamW's two fp32 moments, 16 bytes in all")
-        if c.get("attention_bias") and close(_mem_no_bias(c, r, linear_bits, other_bits)):
-            return (f"{name} has attention_bias=True: q_proj, k_proj and v_proj each carry a bias (as wide as "
-                    "their output), stored at other_bits")
-        linear, other = _params(c)
-        return (f"for {where} the answer is {want:.4f} GB ({linear:,} quantised weights, {other:,} other "
-                f"parameters, {_lora(c, r):,} LoRA parameters); you returned {got:.4f}")
-    return None
+    """write memory_gb(config, r, linear_bits, other_bits) -> GB (1e9 bytes): the decoder's linear weights at
+    linear_bits, every other parameter at other_bits, plus 16 bytes per LoRA parameter (all 7 projections, rank r)"""
+    return first_mismatch(MEMORY_CASES, lambda case: fn(dict(CONFIGS[case[0]]), *case[1:]),
+                          lambda case: _memory(CONFIGS[case[0]], *case[1:]),
+                          lambda got, want: isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=1e-6),
+                          _explain_memory)
+
+
+def _explain_memory(case, got, want) -> str:
+    name, r, linear_bits, other_bits = case
+    c = CONFIGS[name]
+    if not isinstance(got, (int, float)):
+        return f"return a number of GB (a float); you returned {type(got).__name__}"
+    where = f"{name} (r={r}, linear_bits={linear_bits}, other_bits={other_bits})"
+    close = lambda other: math.isclose(got, other, rel_tol=1e-6)  # noqa: E731
+    if close(want * 1e9 / 2**30):
+        return f"for {where} you returned GiB (2^30 bytes); the exercise asks for GB = 10^9 bytes"
+    if close(want * 8):
+        return f"for {where} your answer is 8× too large: divide bits by 8 to get bytes"
+    if close(_mem_all_4bit(c, r, linear_bits, other_bits)):
+        return (f"for {where} you stored every parameter at linear_bits; bitsandbytes quantises only the "
+                "decoder's linear layers: embeddings, the output head and the norms keep other_bits")
+    if close(_mem_tied_twice(c, r, linear_bits, other_bits)):
+        return (f"{name} ties its output head to the input embedding (tie_word_embeddings=True): "
+                "the vocab × hidden table is stored once")
+    if close(_mem_lora_weights_only(c, r, linear_bits, other_bits)):
+        return (f"for {where} you counted 4 bytes per LoRA parameter: training also keeps its fp32 "
+                "gradient and AdamW's two fp32 moments, 16 bytes in all")
+    if c.get("attention_bias") and close(_mem_no_bias(c, r, linear_bits, other_bits)):
+        return (f"{name} has attention_bias=True: q_proj, k_proj and v_proj each carry a bias (as wide as "
+                "their output), stored at other_bits")
+    linear, other = _params(c)
+    return (f"for {where} the answer is {want:.4f} GB ({linear:,} quantised weights, {other:,} other "
+            f"parameters, {_lora(c, r):,} LoRA parameters); you returned {got:.4f}")

@@ -3,11 +3,10 @@ reward that a reward hacker cannot farm."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from agentlab.envs.sql import same_result as _same_result
-from agentlab.exercises import exercise
+from agentlab.exercises import Feedback, exercise, first_mismatch
 
 # ---------------------------------------------------------------------------- same_result
 
@@ -49,48 +48,49 @@ def _same_sorted(got, gold, ordered):
     return norm(got) == norm(gold)
 
 
-@exercise(
-    "08.same_result",
-    "write same_result(got, gold, ordered) -> bool: same rows (a multiset, or a list when ordered), numbers rounded to 4 decimals",
-    wrong=[_same_as_sets, _same_always_ordered, _same_no_rounding, _same_sorted],
-)
+@exercise("08.same_result", wrong=[_same_as_sets, _same_always_ordered, _same_no_rounding, _same_sorted])
 def check_same_result(fn) -> str | None:
-    for about, got, gold, ordered in RESULT_CASES:
-        expected = _same_result(got, gold, ordered)
-        answer = fn(list(got), list(gold), ordered)
-        if bool(answer) == expected and isinstance(answer, (bool, int)):
-            continue
-        if not isinstance(answer, (bool, int)):
-            return f"return True or False; for {about} you returned {answer!r}"
-        if "duplicate" in about:
-            return (f"{about}: got={got}, gold={gold} should be {expected}. Duplicates count: compare the rows as a "
-                    "multiset (collections.Counter), not as a set")
-        if "order" in about and not ordered:
-            return f"{about}: when ordered is False the order of the rows does not matter (got={got}, gold={gold})"
-        if "order" in about and ordered:
-            return f"{about}: when ordered is True the rows must come in the same order (got={got}, gold={gold})"
-        if "3.0" in about or "0.3" in about or "decimal" in about:
-            return (f"{about}: got={got}, gold={gold} should be {expected}. Round numbers to 4 decimals before "
-                    "comparing (floats carry binary noise such as 0.30000000000000004)")
-        return f"{about}: got={got}, gold={gold}, ordered={ordered} should be {expected}, you said {bool(answer)}"
-    return None
+    """write same_result(got, gold, ordered) -> bool: same rows (a multiset, or a list when ordered), numbers
+    rounded to 4 decimals"""
+    return first_mismatch(RESULT_CASES, lambda case: fn(list(case[1]), list(case[2]), case[3]),
+                          lambda case: _same_result(*case[1:]),
+                          lambda answer, expected: bool(answer) == expected and isinstance(answer, (bool, int)),
+                          _explain_same)
+
+
+def _explain_same(case, answer, expected) -> str:
+    about, got, gold, ordered = case
+    if not isinstance(answer, (bool, int)):
+        return f"return True or False; for {about} you returned {answer!r}"
+    if "duplicate" in about:
+        return (f"{about}: got={got}, gold={gold} should be {expected}. Duplicates count: compare the rows as a "
+                "multiset (collections.Counter), not as a set")
+    if "order" in about and not ordered:
+        return f"{about}: when ordered is False the order of the rows does not matter (got={got}, gold={gold})"
+    if "order" in about and ordered:
+        return f"{about}: when ordered is True the rows must come in the same order (got={got}, gold={gold})"
+    if "3.0" in about or "0.3" in about or "decimal" in about:
+        return (f"{about}: got={got}, gold={gold} should be {expected}. Round numbers to 4 decimals before "
+                "comparing (floats carry binary noise such as 0.30000000000000004)")
+    return f"{about}: got={got}, gold={gold}, ordered={ordered} should be {expected}, you said {bool(answer)}"
 
 
 # ---------------------------------------------------------------------------- exact_reward
 
-# (what the output is, stdout, expected number)
+# (what the output is, stdout, expected number, the reward it earns). The rewards are written out by
+# hand from the prompt's rule rather than recomputed: the rule's one implementation is the solution's.
 OUTPUT_CASES = [
-    ("the right number", "1234.5\n", 1234.5),
-    ("the right number with a rounding difference", "1234.504\n", 1234.5),
-    ("the right number printed as an integer", "7\n", 7.0),
-    ("the column names (the hack)", "['id', 'region', 'product', 'units', 'price', 'status']\n", 7.0),
-    ("nothing at all", "", 7.0),
-    ("a wrong number", "1234.56\n", 1234.5),
-    ("a label line, then the number", "The answer is:\n7\n", 7.0),
-    ("the number, then a trailing blank line", "7\n\n", 7.0),
-    ("many candidate numbers, the right one among them", "5\n6\n7\n8\n9\n", 7.0),
-    ("the right number followed by more text", "7\ndone\n", 7.0),
-    ("nan", "nan\n", 7.0),
+    ("the right number", "1234.5\n", 1234.5, 1.0),
+    ("the right number with a rounding difference", "1234.504\n", 1234.5, 1.0),
+    ("the right number printed as an integer", "7\n", 7.0, 1.0),
+    ("the column names (the hack)", "['id', 'region', 'product', 'units', 'price', 'status']\n", 7.0, 0.0),
+    ("nothing at all", "", 7.0, 0.0),
+    ("a wrong number", "1234.56\n", 1234.5, 0.0),
+    ("a label line, then the number", "The answer is:\n7\n", 7.0, 1.0),
+    ("the number, then a trailing blank line", "7\n\n", 7.0, 1.0),
+    ("many candidate numbers, the right one among them", "5\n6\n7\n8\n9\n", 7.0, 0.0),
+    ("the right number followed by more text", "7\ndone\n", 7.0, 0.0),
+    ("nan", "nan\n", 7.0, 0.0),
 ]
 
 
@@ -123,44 +123,39 @@ def _exact_last_line_raw(stdout, expected):
         return 0.0
 
 
-def _exact_reference(stdout: str, expected: float) -> float:
-    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
-    if not lines:
-        return 0.0
-    try:
-        value = float(lines[-1])
-    except ValueError:
-        return 0.0
-    return 1.0 if math.isfinite(value) and abs(value - expected) <= 0.005 else 0.0
-
-
-@exercise(
-    "08.exact_reward",
-    "write exact_reward(stdout, expected) -> 1.0 if the last non-empty line is a number within 0.005 of expected, else 0.0",
-    wrong=[_exact_ran, _exact_anywhere, _exact_equal, _exact_last_line_raw],
-)
+@exercise("08.exact_reward", wrong=[_exact_ran, _exact_anywhere, _exact_equal, _exact_last_line_raw])
 def check_exact_reward(fn) -> str | None:
-    for about, stdout, expected in OUTPUT_CASES:
-        want = _exact_reference(stdout, expected)
+    """write exact_reward(stdout, expected) -> 1.0 if the last non-empty line is a number within 0.005 of
+    expected, else 0.0"""
+    def answer(case):
+        about, stdout, expected, _ = case
         try:
-            got = fn(stdout, expected)
+            return fn(stdout, expected)
         except Exception as err:  # noqa: BLE001 - a reward function must not crash on odd output
-            return f"for {about} ({stdout!r}) your reward raised {type(err).__name__}: {err}; a reward must return 0.0 instead"
-        if isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == want:
-            continue
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return f"return a number, 1.0 or 0.0; for {about} you returned {got!r}"
-        if "hack" in about or about == "nothing at all":
-            return (f"your reward pays {got} for {about} ({stdout!r}): that is the 'it ran' reward a policy farms "
-                    "by printing the column names. Pay only when the last line is the right number")
-        if "many candidate" in about:
-            return ("your reward pays a program that prints many numbers when one of them is right: a policy would "
-                    "print every plausible answer. Only the last non-empty line counts")
-        if "rounding" in about:
-            return f"{stdout.strip()} is within 0.005 of {expected}: allow that much difference (rounding), not exact equality"
-        if "blank" in about:
-            return "skip empty lines at the end: the last *non-empty* line is the answer"
-        if about == "a wrong number":
-            return f"{stdout.strip()} is not within 0.005 of {expected}: a wrong number must earn 0.0"
-        return f"for {about} ({stdout!r}, expected {expected}) the reward is {want}; you returned {got!r}"
-    return None
+            raise Feedback(f"for {about} ({stdout!r}) your reward raised {type(err).__name__}: {err}; a reward must "
+                           "return 0.0 instead") from err
+
+    return first_mismatch(OUTPUT_CASES, answer, lambda case: case[3], _same_reward, _explain_reward)
+
+
+def _same_reward(got, want) -> bool:
+    return isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == want
+
+
+def _explain_reward(case, got, want) -> str:
+    about, stdout, expected, _ = case
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return f"return a number, 1.0 or 0.0; for {about} you returned {got!r}"
+    if "hack" in about or about == "nothing at all":
+        return (f"your reward pays {got} for {about} ({stdout!r}): that is the 'it ran' reward a policy farms "
+                "by printing the column names. Pay only when the last line is the right number")
+    if "many candidate" in about:
+        return ("your reward pays a program that prints many numbers when one of them is right: a policy would "
+                "print every plausible answer. Only the last non-empty line counts")
+    if "rounding" in about:
+        return f"{stdout.strip()} is within 0.005 of {expected}: allow that much difference (rounding), not exact equality"
+    if "blank" in about:
+        return "skip empty lines at the end: the last *non-empty* line is the answer"
+    if about == "a wrong number":
+        return f"{stdout.strip()} is not within 0.005 of {expected}: a wrong number must earn 0.0"
+    return f"for {about} ({stdout!r}, expected {expected}) the reward is {want}; you returned {got!r}"

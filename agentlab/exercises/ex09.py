@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from agentlab.exercises import exercise
+from agentlab.exercises import exercise, first_mismatch
+from agentlab.metrics import step_level_rates
+from agentlab.train import TrainConfig, max_steps_at
 
 # ---------------------------------------------------------------------------- 09.step_level_rate
 
@@ -27,8 +29,7 @@ _NEVER = [[_step(search_hit=True), _step()], [_step(optimal_move=False)]]  # no 
 
 
 def _reference_rate(episodes, check):
-    seen = [s["checks"][check] for ep in episodes for s in ep if s.get("checks", {}).get(check) is not None]
-    return sum(bool(v) for v in seen) / len(seen) if seen else math.nan
+    return step_level_rates([s.get("checks", {}) for ep in episodes for s in ep]).get(check, math.nan)
 
 
 # -- wrong answers (each is a mistake learners make; the check must name it)
@@ -63,28 +64,17 @@ def _is(x, y) -> bool:
         return False
 
 
-@exercise(
-    "09.step_level_rate",
-    "write step_level_rate(episodes, check) -> share of the steps carrying `check` (not None) that passed; "
-    "math.nan if none did",
-    wrong=[_rate_over_all_steps, _rate_mean_of_episodes, _rate_none_as_failure, _rate_zero_when_unseen],
-)
+@exercise("09.step_level_rate",
+          wrong=[_rate_over_all_steps, _rate_mean_of_episodes, _rate_none_as_failure, _rate_zero_when_unseen])
 def check_step_level_rate(fn) -> str | None:
-    for check in ("search_hit", "read_after_search", "optimal_move"):
-        want = _reference_rate(_EPISODES, check)
-        got = fn(_EPISODES, check)
-        if _is(got, want):
-            continue
-        if _is(got, _rate_over_all_steps(_EPISODES, check)):
-            return (f"for {check!r} you divided by every step ({sum(len(e) for e in _EPISODES)}); count only the "
-                    f"steps whose info['checks'] holds {check!r}: a step the check does not apply to is no failure")
-        if _is(got, _rate_none_as_failure(_EPISODES, check)):
-            return (f"for {check!r} you counted a step whose check is None as a failure; None means the check did "
-                    "not apply to that step: leave it out of both counts")
-        if _is(got, _rate_mean_of_episodes(_EPISODES, check)):
-            return (f"for {check!r} you averaged each episode's rate; pool the steps of all episodes instead "
-                    "(passed steps / applicable steps), so a long episode weighs by its steps")
-        return f"for {check!r} the rate is {want:.4f} ({check!r} passed on that share of its steps); you returned {got!r}"
+    """write step_level_rate(episodes, check) -> share of the steps carrying `check` (not None) that passed;
+    math.nan if none did"""
+    return (first_mismatch(("search_hit", "read_after_search", "optimal_move"), lambda check: fn(_EPISODES, check),
+                           lambda check: _reference_rate(_EPISODES, check), _is, _explain_rate)
+            or _check_never_measured(fn))
+
+
+def _check_never_measured(fn) -> str | None:
     try:
         got = fn(_NEVER, "read_after_search")
     except Exception as err:  # noqa: BLE001 - say which case broke it
@@ -94,6 +84,19 @@ def check_step_level_rate(fn) -> str | None:
         return (f"when no step carried the check nothing was measured, so return math.nan; you returned {got!r} "
                 "(a 0 would read as 'always failed')")
     return None
+
+
+def _explain_rate(check, got, want) -> str:
+    if _is(got, _rate_over_all_steps(_EPISODES, check)):
+        return (f"for {check!r} you divided by every step ({sum(len(e) for e in _EPISODES)}); count only the "
+                f"steps whose info['checks'] holds {check!r}: a step the check does not apply to is no failure")
+    if _is(got, _rate_none_as_failure(_EPISODES, check)):
+        return (f"for {check!r} you counted a step whose check is None as a failure; None means the check did "
+                "not apply to that step: leave it out of both counts")
+    if _is(got, _rate_mean_of_episodes(_EPISODES, check)):
+        return (f"for {check!r} you averaged each episode's rate; pool the steps of all episodes instead "
+                "(passed steps / applicable steps), so a long episode weighs by its steps")
+    return f"for {check!r} the rate is {want:.4f} ({check!r} passed on that share of its steps); you returned {got!r}"
 
 
 # ---------------------------------------------------------------------------- 09.horizon_schedule
@@ -106,8 +109,8 @@ _SCHEDULE_CASES = [
 
 
 def _reference_schedule(update, updates, first, last):
-    frac = update / max(1, updates - 1)
-    return int(round(first + frac * (last - first)))
+    """The training loop's own schedule (`agentlab.train.max_steps_at`) for a run of ``updates``."""
+    return max_steps_at(TrainConfig(updates=updates, horizon=(first, last)), update)
 
 
 def _schedule_over_updates(update, updates, first, last):
@@ -126,13 +129,11 @@ def _schedule_unrounded(update, updates, first, last):
     return first + update / max(1, updates - 1) * (last - first)
 
 
-@exercise(
-    "09.horizon_schedule",
-    "write horizon_schedule(update, updates, first, last) -> int: max_steps rising linearly from `first` "
-    "(update 0) to `last` (update updates-1), rounded",
-    wrong=[_schedule_over_updates, _schedule_truncated, _schedule_one_update_crash, _schedule_unrounded],
-)
+@exercise("09.horizon_schedule",
+          wrong=[_schedule_over_updates, _schedule_truncated, _schedule_one_update_crash, _schedule_unrounded])
 def check_horizon_schedule(fn) -> str | None:
+    """write horizon_schedule(update, updates, first, last) -> int: max_steps rising linearly from `first`
+    (update 0) to `last` (update updates-1), rounded"""
     try:
         got = fn(0, 1, 4, 12)
     except Exception as err:  # noqa: BLE001 - say which case broke it
@@ -140,24 +141,28 @@ def check_horizon_schedule(fn) -> str | None:
                 "to reach, so use first (divide by max(1, updates - 1))")
     if got != 4:
         return f"a run of one update uses first = 4; you returned {got!r}"
-    for update, updates, first, last in _SCHEDULE_CASES:
-        want = _reference_schedule(update, updates, first, last)
-        got = fn(update, updates, first, last)
-        where = f"update {update} of {updates}, first={first}, last={last}"
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or got != int(got):
-            exact = _schedule_unrounded(update, updates, first, last)
-            return (f"max_steps is a whole number of steps: at {where} return {want} (the exact value {exact:.2f}, "
-                    f"rounded); you returned {got!r}")
-        if got == want:
-            continue
-        if update == updates - 1 and got == _schedule_over_updates(update, updates, first, last):
-            return (f"at the final update ({where}) the limit should have reached last = {last}, you returned {got}: "
-                    "the fraction of the run done is update / (updates - 1), not update / updates")
-        if got == _schedule_truncated(update, updates, first, last):
-            exact = _schedule_unrounded(update, updates, first, last)
-            return f"at {where} the exact value is {exact:.2f}: round it to {want}, do not cut off the decimals"
-        if got == _schedule_over_updates(update, updates, first, last):
-            return (f"at {where} expected {want}, got {got}: the fraction of the run done is update / (updates - 1), "
-                    "so the final update reaches last")
-        return f"at {where} the limit should be {want}; you returned {got!r}"
-    return None
+    return first_mismatch(_SCHEDULE_CASES, lambda case: fn(*case), lambda case: _reference_schedule(*case),
+                          lambda got, want: _is_whole(got) and got == want, _explain_schedule)
+
+
+def _is_whole(got) -> bool:
+    return not isinstance(got, bool) and isinstance(got, (int, float)) and got == int(got)
+
+
+def _explain_schedule(case, got, want) -> str:
+    update, updates, first, last = case
+    where = f"update {update} of {updates}, first={first}, last={last}"
+    if not _is_whole(got):
+        exact = _schedule_unrounded(*case)
+        return (f"max_steps is a whole number of steps: at {where} return {want} (the exact value {exact:.2f}, "
+                f"rounded); you returned {got!r}")
+    if update == updates - 1 and got == _schedule_over_updates(*case):
+        return (f"at the final update ({where}) the limit should have reached last = {last}, you returned {got}: "
+                "the fraction of the run done is update / (updates - 1), not update / updates")
+    if got == _schedule_truncated(*case):
+        exact = _schedule_unrounded(*case)
+        return f"at {where} the exact value is {exact:.2f}: round it to {want}, do not cut off the decimals"
+    if got == _schedule_over_updates(*case):
+        return (f"at {where} expected {want}, got {got}: the fraction of the run done is update / (updates - 1), "
+                "so the final update reaches last")
+    return f"at {where} the limit should be {want}; you returned {got!r}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from agentlab.evaluate import best_of_n_pick
-from agentlab.exercises import exercise
+from agentlab.exercises import Feedback, all_close, exercise, first_mismatch
 from agentlab.metrics import pass_at_k as _reference_pass_at_k
 from agentlab.rollout import Trajectory
 
@@ -33,39 +33,44 @@ def _ignores_k(n, c, k):
     return c / n
 
 
-@exercise(
-    "11.pass_at_k",
-    "write pass_at_k(n, c, k) -> float: the chance that k of the n samples, drawn without replacement, "
-    "include at least one of the c correct ones",
-    wrong=[_with_replacement, _missing_complement, _linear, _ignores_k],
-)
+@exercise("11.pass_at_k", wrong=[_with_replacement, _missing_complement, _linear, _ignores_k])
 def check_pass_at_k(fn) -> str | None:
-    for n, c, k in PASS_CASES:
-        want = _reference_pass_at_k(n, c, k)
-        got = fn(n, c, k)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            return f"return a number; for n={n}, c={c}, k={k} you returned {got!r}"
-        if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
-            continue
-        case = f"n={n}, c={c}, k={k}"
-        if math.isclose(got, _missing_complement(n, c, k), abs_tol=1e-12):
-            return (f"for {case} you returned C(n−c, k) / C(n, k) = {got:.4f}: that is the chance that all k draws "
-                    "are wrong; pass@k is one minus it")
-        if math.isclose(got, _with_replacement(n, c, k), abs_tol=1e-12):
-            return (f"for {case} you returned 1 − (1 − c/n)^k = {got:.4f}, which draws with replacement: the k "
-                    f"attempts are k different samples of the n, so use 1 − C(n−c, k) / C(n, k) = {want:.4f}")
-        if math.isclose(got, _linear(n, c, k), abs_tol=1e-12) and k > 1:
-            return (f"for {case} you returned min(1, k·c/n) = {got:.4f}: chances of overlapping events do not add; "
-                    f"the answer is {want:.4f}")
-        if math.isclose(got, c / n, abs_tol=1e-12) and k > 1:
-            return f"for {case} you returned c/n = {got:.4f}, which is pass@1; with k tries the answer is {want:.4f}"
-        if n - c < k and got != 1.0:
-            return (f"for {case} only {n - c} samples are wrong, fewer than k = {k}: every draw of k includes a "
-                    f"correct one, so pass@k = 1; you returned {got!r}")
-        return f"for {case} pass@k is {want:.6f}; you returned {got:.6f}"
-    return None
+    """write pass_at_k(n, c, k) -> float: the chance that k of the n samples, drawn without replacement,
+    include at least one of the c correct ones"""
+    def answer(case):
+        n, c, k = case
+        return _number(fn(n, c, k), "return a number", f"for n={n}, c={c}, k={k}")
+
+    return first_mismatch(PASS_CASES, answer, lambda case: _reference_pass_at_k(*case),
+                          lambda got, want: math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), _explain_pass)
+
+
+def _number(value, ask: str, where: str) -> float:
+    """``value`` as a float, or stop the check: "<ask>; <where> you returned <value>"."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise Feedback(f"{ask}; {where} you returned {value!r}") from None
+
+
+def _explain_pass(case, got, want) -> str:
+    n, c, k = case
+    case = f"n={n}, c={c}, k={k}"
+    if math.isclose(got, _missing_complement(n, c, k), abs_tol=1e-12):
+        return (f"for {case} you returned C(n−c, k) / C(n, k) = {got:.4f}: that is the chance that all k draws "
+                "are wrong; pass@k is one minus it")
+    if math.isclose(got, _with_replacement(n, c, k), abs_tol=1e-12):
+        return (f"for {case} you returned 1 − (1 − c/n)^k = {got:.4f}, which draws with replacement: the k "
+                f"attempts are k different samples of the n, so use 1 − C(n−c, k) / C(n, k) = {want:.4f}")
+    if math.isclose(got, _linear(n, c, k), abs_tol=1e-12) and k > 1:
+        return (f"for {case} you returned min(1, k·c/n) = {got:.4f}: chances of overlapping events do not add; "
+                f"the answer is {want:.4f}")
+    if math.isclose(got, c / n, abs_tol=1e-12) and k > 1:
+        return f"for {case} you returned c/n = {got:.4f}, which is pass@1; with k tries the answer is {want:.4f}"
+    if n - c < k and got != 1.0:
+        return (f"for {case} only {n - c} samples are wrong, fewer than k = {k}: every draw of k includes a "
+                f"correct one, so pass@k = 1; you returned {got!r}")
+    return f"for {case} pass@k is {want:.6f}; you returned {got:.6f}"
 
 
 # ---------------------------------------------------------------------------- 11.best_of_n_success
@@ -122,46 +127,48 @@ def _bon_first_try(groups, n):
     return sum(g[0].success for g in groups) / len(groups)
 
 
-@exercise(
-    "11.best_of_n_success",
-    "write best_of_n_success(groups, n) -> float: for each group keep the sample with the highest total reward "
-    "among its first n (the earliest on a tie) and return the share of groups whose pick succeeded",
-    wrong=[_bon_any_success, _bon_all_samples, _bon_last_on_ties, _bon_last_turn, _bon_first_try],
-)
+@exercise("11.best_of_n_success",
+          wrong=[_bon_any_success, _bon_all_samples, _bon_last_on_ties, _bon_last_turn, _bon_first_try])
 def check_best_of_n_success(fn) -> str | None:
+    """write best_of_n_success(groups, n) -> float: for each group keep the sample with the highest total reward
+    among its first n (the earliest on a tie) and return the share of groups whose pick succeeded"""
     groups = _groups()
-    for n in (4, 2, 1, 3, 5):
-        want = [_reference_best_of_n([g], n) for g in groups]  # 0 or 1 per group
-        got = []
-        for g in _groups():
-            value = fn([g], n)
-            try:
-                got.append(float(value))
-            except (TypeError, ValueError):
-                return f"return the share of groups as a float; with n={n} you returned {value!r}"
-        if all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(got, want)):
-            continue
-        same = lambda wrong: all(math.isclose(x, wrong([g], n), abs_tol=1e-9) for x, g in zip(got, groups))  # noqa: E731
-        if same(_bon_any_success):
-            return (f"with n={n} you counted a group as solved when any of its first n samples succeeded: that is "
-                    "pass@n, a perfect verifier. Best-of-N must pick one sample by the verifier's score (the total "
-                    "reward), and the highest-scoring sample can still be a failure")
-        if same(_bon_first_try) and n > 1:
-            return f"with n={n} you kept each group's first sample: that is first-try success, not best-of-{n}"
-        if same(_bon_all_samples):
-            return f"with n={n} you picked among all {len(groups[0])} samples of each group; use only the first n"
-        if same(_bon_last_on_ties):
-            return f"with n={n} a tie on total reward went to the later sample; keep the earliest one"
-        if same(_bon_last_turn):
-            return (f"with n={n} you scored samples by their last turn's reward; the verifier's score is the whole "
-                    "episode's total reward (t.total_reward)")
-        bad = next(i for i, (x, y) in enumerate(zip(got, want)) if not math.isclose(x, y, abs_tol=1e-9))
-        totals = [round(t.total_reward, 2) for t in groups[bad][:n]]
-        return (f"with n={n}, on a group whose first n samples have total rewards {totals} and successes "
-                f"{[t.success for t in groups[bad][:n]]}, the answer is {want[bad]:.0f}; you returned {got[bad]}")
+
+    def answer(n):  # one group at a time (0 or 1 each), so the feedback can point at the group that differs
+        return [_number(fn([g], n), "return the share of groups as a float", f"with n={n}") for g in _groups()]
+
+    return (first_mismatch((4, 2, 1, 3, 5), answer, lambda n: [_reference_best_of_n([g], n) for g in groups],
+                           lambda got, want: all_close(got, want, abs_tol=1e-9), _explain_best_of_n)
+            or _check_all_groups_at_once(fn))
+
+
+def _check_all_groups_at_once(fn) -> str | None:
+    groups = _groups()
     want = _reference_best_of_n(groups, 4)
     got = fn(_groups(), 4)
     if not math.isclose(float(got), want, abs_tol=1e-9):
         return (f"each group alone is right, but on all {len(groups)} groups together best-of-4 success is "
                 f"{want:.4f} (the share of groups whose pick succeeded); you returned {got}")
     return None
+
+
+def _explain_best_of_n(n, got, want) -> str:
+    groups = _groups()
+    same = lambda wrong: all(math.isclose(x, wrong([g], n), abs_tol=1e-9) for x, g in zip(got, groups))  # noqa: E731
+    if same(_bon_any_success):
+        return (f"with n={n} you counted a group as solved when any of its first n samples succeeded: that is "
+                "pass@n, a perfect verifier. Best-of-N must pick one sample by the verifier's score (the total "
+                "reward), and the highest-scoring sample can still be a failure")
+    if same(_bon_first_try) and n > 1:
+        return f"with n={n} you kept each group's first sample: that is first-try success, not best-of-{n}"
+    if same(_bon_all_samples):
+        return f"with n={n} you picked among all {len(groups[0])} samples of each group; use only the first n"
+    if same(_bon_last_on_ties):
+        return f"with n={n} a tie on total reward went to the later sample; keep the earliest one"
+    if same(_bon_last_turn):
+        return (f"with n={n} you scored samples by their last turn's reward; the verifier's score is the whole "
+                "episode's total reward (t.total_reward)")
+    bad = next(i for i, (x, y) in enumerate(zip(got, want)) if not math.isclose(x, y, abs_tol=1e-9))
+    totals = [round(t.total_reward, 2) for t in groups[bad][:n]]
+    return (f"with n={n}, on a group whose first n samples have total rewards {totals} and successes "
+            f"{[t.success for t in groups[bad][:n]]}, the answer is {want[bad]:.0f}; you returned {got[bad]}")

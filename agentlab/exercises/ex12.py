@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from agentlab.exercises import exercise
+from agentlab.exercises import Feedback, exercise, first_mismatch
 from agentlab.metrics import wilson_interval
 
 # ---------------------------------------------------------------------------- 12.wilson_interval
@@ -32,11 +32,9 @@ def _wilson_uncentred(k, n, z=1.96):
 
 
 def _wilson_no_n_zero(k, n, z=1.96):
-    p = k / n  # ZeroDivisionError at n = 0
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    """The right interval, but p = k / n comes first, with no case for n = 0."""
+    k / n  # ZeroDivisionError at n = 0
+    return wilson_interval(k, n, z)
 
 
 def _wilson_fixed_z(k, n, z=1.96):
@@ -46,49 +44,46 @@ def _wilson_fixed_z(k, n, z=1.96):
 def _as_pair(got):
     if isinstance(got, (tuple, list)) and len(got) == 2:
         return float(got[0]), float(got[1])
-    raise TypeError(f"return a pair (low, high); you returned {got!r}")
+    raise Feedback(f"return a pair (low, high); you returned {got!r}")
 
 
 def _near(a, b, tol=1e-6) -> bool:
     return all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b))
 
 
-@exercise(
-    "12.wilson_interval",
-    "write wilson_interval(k, n, z=1.96) -> (low, high): the Wilson score interval of k successes in n, "
-    "(0.0, 1.0) for n = 0",
-    wrong=[_wald, _wilson_uncentred, _wilson_no_n_zero, _wilson_fixed_z],
-)
+@exercise("12.wilson_interval", wrong=[_wald, _wilson_uncentred, _wilson_no_n_zero, _wilson_fixed_z])
 def check_wilson_interval(fn) -> str | None:
-    for k, n, z in _WILSON_CASES:
-        want = wilson_interval(k, n, z)
-        try:
-            got = _as_pair(fn(k, n, z))
-        except TypeError as err:
-            return str(err)
-        if _near(got, want):
-            continue
-        shown = f"k={k}, n={n}, z={z}: expected [{want[0]:.4f}, {want[1]:.4f}], got [{got[0]:.4f}, {got[1]:.4f}]"
-        if z != 1.96 and _near(got, wilson_interval(k, n, 1.96)):
-            return f"{shown}; use the z you are given (1.96 is only the default, for 95%)"
-        if _near(got, _wald(k, n, z)):
-            return (f"{shown}: that is the Wald interval p ± z·√(p(1−p)/n), which shrinks to nothing at 0/n "
-                    "and n/n; Wilson's interval adds z²/4n² under the root and moves the centre towards 1/2")
-        if _near(got, _wilson_uncentred(k, n, z)):
-            return (f"{shown}: the width is right but the centre is not p; it is (p + z²/2n) / (1 + z²/n), pulled "
-                    "towards 1/2")
-        if got[0] < -1e-9 or got[1] > 1 + 1e-9:
-            return f"{shown}: a rate's interval must stay inside [0, 1]"
-        return shown
+    """write wilson_interval(k, n, z=1.96) -> (low, high): the Wilson score interval of k successes in n,
+    (0.0, 1.0) for n = 0"""
+    return (first_mismatch(_WILSON_CASES, lambda case: _as_pair(fn(*case)), lambda case: wilson_interval(*case),
+                           _near, _explain_wilson)
+            or _check_n_zero(fn))
+
+
+def _check_n_zero(fn) -> str | None:
     try:
         got = _as_pair(fn(0, 0, 1.96))
     except ZeroDivisionError:
         return "with n = 0 your function divided by zero: nothing was measured, so return (0.0, 1.0)"
-    except TypeError as err:
-        return str(err)
     if not _near(got, (0.0, 1.0)):
         return f"with n = 0 nothing was measured, so the interval is (0.0, 1.0); you returned {got}"
     return None
+
+
+def _explain_wilson(case, got, want) -> str:
+    k, n, z = case
+    shown = f"k={k}, n={n}, z={z}: expected [{want[0]:.4f}, {want[1]:.4f}], got [{got[0]:.4f}, {got[1]:.4f}]"
+    if z != 1.96 and _near(got, wilson_interval(k, n, 1.96)):
+        return f"{shown}; use the z you are given (1.96 is only the default, for 95%)"
+    if _near(got, _wald(k, n, z)):
+        return (f"{shown}: that is the Wald interval p ± z·√(p(1−p)/n), which shrinks to nothing at 0/n "
+                "and n/n; Wilson's interval adds z²/4n² under the root and moves the centre towards 1/2")
+    if _near(got, _wilson_uncentred(k, n, z)):
+        return (f"{shown}: the width is right but the centre is not p; it is (p + z²/2n) / (1 + z²/n), pulled "
+                "towards 1/2")
+    if got[0] < -1e-9 or got[1] > 1 + 1e-9:
+        return f"{shown}: a rate's interval must stay inside [0, 1]"
+    return shown
 
 
 # ---------------------------------------------------------------------------- 12.within_group_auc
@@ -150,30 +145,31 @@ def _same(x, y) -> bool:
     return (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, abs_tol=1e-9)
 
 
-@exercise(
-    "12.within_group_auc",
-    "write within_group_auc(rewards, successes, groups) -> share of (success, failure) pairs of the same group "
-    "where the success earned more, ties half; math.nan without such pairs",
-    wrong=[_auc_all_pairs, _auc_ties_lose, _auc_mean_of_groups, _auc_zero_without_pairs],
-)
+@exercise("12.within_group_auc", wrong=[_auc_all_pairs, _auc_ties_lose, _auc_mean_of_groups, _auc_zero_without_pairs])
 def check_within_group_auc(fn) -> str | None:
-    for rewards, successes, groups in _AUC_CASES:
-        want = _reference_auc(rewards, successes, groups)
-        got = fn(list(rewards), list(successes), list(groups))
-        if _same(got, want):
-            continue
-        shown = f"for rewards={rewards}, successes={successes}, groups={groups} expected {want:.4f}, got {got!r}"
-        if _same(got, _auc_all_pairs(rewards, successes, groups)):
-            return f"{shown}: you compared episodes of different groups too; pair a success only with failures of its own group"
-        if _same(got, _auc_ties_lose(rewards, successes, groups)):
-            return f"{shown}: a tie (equal rewards) counts half, not as a loss: the reward cannot tell that pair apart"
-        if _same(got, _auc_mean_of_groups(rewards, successes, groups)):
-            return (f"{shown}: you averaged one AUC per group; pool the pairs of all groups instead, so a group with "
-                    "more pairs weighs more")
-        return shown
+    """write within_group_auc(rewards, successes, groups) -> share of (success, failure) pairs of the same group
+    where the success earned more, ties half; math.nan without such pairs"""
+    return (first_mismatch(_AUC_CASES, lambda case: fn(*map(list, case)), lambda case: _reference_auc(*case), _same,
+                           _explain_auc)
+            or _check_no_pair(fn))
+
+
+def _check_no_pair(fn) -> str | None:
     rewards, successes, groups = _NO_PAIR
     got = fn(list(rewards), list(successes), list(groups))
     if not _same(got, math.nan):
         return (f"no group holds both a success and a failure in rewards={rewards}, successes={successes}, "
                 f"groups={groups}: nothing was measured, so return math.nan; you returned {got!r}")
     return None
+
+
+def _explain_auc(case, got, want) -> str:
+    shown = f"for rewards={case[0]}, successes={case[1]}, groups={case[2]} expected {want:.4f}, got {got!r}"
+    if _same(got, _auc_all_pairs(*case)):
+        return f"{shown}: you compared episodes of different groups too; pair a success only with failures of its own group"
+    if _same(got, _auc_ties_lose(*case)):
+        return f"{shown}: a tie (equal rewards) counts half, not as a loss: the reward cannot tell that pair apart"
+    if _same(got, _auc_mean_of_groups(*case)):
+        return (f"{shown}: you averaged one AUC per group; pool the pairs of all groups instead, so a group with "
+                "more pairs weighs more")
+    return shown

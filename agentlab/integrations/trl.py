@@ -47,7 +47,7 @@ from dataclasses import fields
 from typing import Any, Callable, Sequence
 
 from agentlab.envs import env_class, make
-from agentlab.models import Policy
+from agentlab.policy import Policy
 from agentlab.rollout import ACTION, PROMPT, SamplingSettings, Trajectory, rollout
 from agentlab.tasks import Task, load_tasks
 

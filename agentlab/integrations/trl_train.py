@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from agentlab.integrations.trl import EpisodeRollout, build_dataset, full_env_id, reward_funcs, turn_tokens
-from agentlab.models import LoraSettings, load_policy
+from agentlab.policy import LoraSettings, load_policy
 
 MODES = ("episode", "single")
 

@@ -1,29 +1,21 @@
-"""Policies: profiles, the tiny model built locally, and one loading path for every model.
+"""Loading a causal LM as a `Policy` (fp32, 4-bit NF4 or 8-bit, with LoRA) and the `Policy` itself.
 
-    prof = profile()                         # "ci", "cpu" or "gpu": every size lives here
-    path = build_tiny(prof)                  # tokenizer + Llama-config model, cached on disk
     policy = load_policy(path, quantization="4bit", lora=LoraSettings())
     policy.token_logprobs(ids, mask)         # (B, L-1) logprobs of the given tokens
     with policy.reference():                 # LoRA adapter disabled = the reference policy
         ref = policy.token_logprobs(ids, mask)
 
-The tiny policy and a real instruct model on a GPU take the same `load_policy` path: the
-tiny one is saved with `save_pretrained` and loaded back with `from_pretrained`, in 4-bit
-too. No model hub is reachable where agentlab is built and tested, so the tiny tokenizer
-(byte-level BPE) is trained here on text from the kit's own environments.
+The tiny policy and a real instruct model take the same `from_pretrained` path, 4-bit
+included: "tiny" resolves to the locally built folder (`agentlab.tiny`), anything else is a
+`save_pretrained` folder or a hub id.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import dataclasses
-import hashlib
-import json
 import math
 import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,232 +23,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-PROFILES = ("ci", "cpu", "gpu")
-TINY = "tiny"  # the name that `load_policy` resolves to the locally built model
-SPECIAL = {"pad": "<|pad|>", "eot": "<|end|>", "bos": "<|bos|>"}
-ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
+from agentlab.metrics import entropy_from_logp
+from agentlab.pretrained import HUB_TWINS, NAMED_MODELS, PolicyLoadError, gguf_folder, hub_reachable, named_model_folder
+from agentlab.profiles import TINY
+from agentlab.tiny import SPECIAL, build_tiny
 
-
-# ---------------------------------------------------------------------------- profiles
-
-@dataclass(frozen=True)
-class Profile:
-    """Every size and step count that differs between profiles (one line per field)."""
-
-    name: str
-    device: str  # "cpu" or "cuda"
-    model: str  # "tiny" or a hub id / local folder (gpu: AGENTLAB_MODEL)
-    quantization: str | None  # None, "4bit" or "8bit"
-    # tiny model architecture
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    vocab_size: int
-    max_seq_len: int
-    # SFT warm-up (how many demonstrations and steps each env gets is its `WarmUp`)
-    sft_batch: int
-    sft_lr: float
-    # RL
-    rl_updates: int
-    tasks_per_update: int
-    group_size: int
-    rl_lr: float
-    lora_r: int
-    max_new_tokens: int  # per turn; raised on envs whose actions are longer (`turn_tokens`)
-    eval_episodes: int
-    seed: int = 0
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """Compute dtype: float32 on CPU (bf16 is emulated there and ~6x slower), bf16 on CUDA."""
-        return torch.bfloat16 if self.device == "cuda" else torch.float32
-
-    def turn_tokens(self, env_id: str) -> int:
-        """The per-turn token budget on ``env_id``: ``max_new_tokens``, raised to the env's
-        ``action_tokens`` where the expert's actions are longer (a SQL join, a Python function)."""
-        from agentlab.envs import env_class
-
-        return max(self.max_new_tokens, env_class(env_id).action_tokens)
-
-    def replace(self, **changes) -> "Profile":
-        return dataclasses.replace(self, **changes)
-
-
-_TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, vocab_size=1024, max_seq_len=768)
-
-_PROFILES = {
-    "ci": Profile(
-        name="ci", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
-        sft_batch=32, sft_lr=2e-3,
-        rl_updates=12, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
-        max_new_tokens=24, eval_episodes=100,
-    ),
-    "cpu": Profile(
-        name="cpu", device="cpu", model=TINY, quantization=None, **_TINY_ARCH,
-        sft_batch=32, sft_lr=2e-3,
-        rl_updates=40, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
-        max_new_tokens=24, eval_episodes=200,
-    ),
-    "gpu": Profile(
-        name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **_TINY_ARCH,
-        sft_batch=16, sft_lr=1e-4,
-        rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=2e-6, lora_r=16,
-        max_new_tokens=256, eval_episodes=200,
-    ),
-}
-
-
-def profile(name: str | None = None) -> Profile:
-    """The profile named, else ``AGENTLAB_PROFILE``, else ``gpu`` with CUDA and ``cpu`` without.
-
-    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder).
-    """
-    name = name or os.environ.get("AGENTLAB_PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")
-    if name not in _PROFILES:
-        raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES} (AGENTLAB_PROFILE)")
-    prof = _PROFILES[name]
-    if name == "gpu" and os.environ.get("AGENTLAB_MODEL"):
-        prof = prof.replace(model=os.environ["AGENTLAB_MODEL"])
-    return prof
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch in one place."""
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def cache_dir() -> Path:
-    """``AGENTLAB_CACHE`` or ``~/.cache/agentlab``."""
-    env = os.environ.get("AGENTLAB_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "agentlab"
-
-
-# ---------------------------------------------------------------------------- the tiny model
-
-@functools.lru_cache(maxsize=4)
-def tokenizer_corpus(episodes_per_env: int = 60, seed: int = 0) -> tuple[str, ...]:
-    """Text the tiny tokenizer is trained on: prompts, observations and actions of every env
-    (cached for the process: it runs every env, the code sandbox included)."""
-    import numpy as np
-
-    from agentlab.envs import ENV_IDS, make
-
-    texts = [CHAT_TEMPLATE]
-    for env_id in ENV_IDS:
-        env = make(env_id)
-        rng = np.random.default_rng(seed)
-        texts.append(env.system_prompt)
-        for ep in range(episodes_per_env):
-            obs, _ = env.reset(seed=seed + ep, options={"task": env.generate_task(rng, ep % (env.max_difficulty + 1))})
-            texts.append(obs)
-            for _ in range(env.max_steps):
-                action = env.expert_action() if rng.random() < 0.6 else env.imperfect_action(rng)
-                obs, _, term, trunc, _ = env.step(action)
-                texts += [action, obs]
-                if term or trunc:
-                    break
-        env.close()
-    return tuple(texts)
-
-
-def _env_source_digest() -> str:
-    """A hash of the envs' source files: the tokenizer corpus is a function of them (and the seed),
-    so this says when the corpus changed without running every env to find out."""
-    env_dir = Path(__file__).resolve().parent / "envs"
-    h = hashlib.sha256()
-    for path in sorted(env_dir.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _recipe(prof: Profile) -> dict:
-    import tokenizers
-    import transformers
-
-    arch = {k: getattr(prof, k) for k in _TINY_ARCH}
-    return {"arch": arch, "seed": prof.seed, "envs": _env_source_digest(), "template": CHAT_TEMPLATE, "version": 1,
-            "transformers": transformers.__version__.split(".")[0], "tokenizers": tokenizers.__version__}
-
-
-def train_tokenizer(corpus: tuple[str, ...] | list[str], vocab_size: int):
-    """A byte-level BPE tokenizer with pad / end-of-turn / role tokens and a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = list(SPECIAL.values()) + ROLE_TOKENS
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=SPECIAL["pad"], eos_token=SPECIAL["eot"], bos_token=SPECIAL["bos"],
-        additional_special_tokens=ROLE_TOKENS,
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
-
-
-def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool = True) -> Path:
-    """Build (or reuse) the tiny policy for ``prof``; returns its ``save_pretrained`` folder.
-
-    Deterministic: the same recipe (architecture, seed, the envs' source that the tokenizer's
-    corpus comes from, library versions) gives the same tokenizer and weights. The folder name is the recipe's hash, so a changed
-    recipe builds anew and an unchanged one is reused.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    prof = prof or profile()
-    recipe = _recipe(prof)
-    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    out = cache_dir() / f"tiny-{key}"
-    if out.exists() and (out / "recipe.json").exists() and not force:
-        return out
-    if verbose:
-        print(f"building the tiny policy in {out} ...")
-    tokenizer = train_tokenizer(tokenizer_corpus(seed=prof.seed), prof.vocab_size)
-    torch.manual_seed(prof.seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=prof.hidden_size, intermediate_size=prof.intermediate_size,
-        num_hidden_layers=prof.num_layers, num_attention_heads=prof.num_heads, num_key_value_heads=prof.num_heads,
-        max_position_embeddings=prof.max_seq_len, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config)
-    _atomic_save(out, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp),
-                                   (tmp / "recipe.json").write_text(json.dumps(recipe, indent=1))))
-    return out
-
-
-def _atomic_save(out: Path, write) -> None:
-    """Write into a temporary sibling folder, then rename: a killed build leaves nothing half-done."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
-        write(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------- loading
 
 @dataclass
 class LoraSettings:
@@ -270,30 +41,6 @@ class LoraSettings:
     )
 
 
-def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None,
-                          imperfect_share: float | None = None) -> str:
-    """What the profile trains and evaluates: on the tiny profiles the SFT-warmed tiny policy
-    (warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces the envs'
-    biased share of the warm-up), on ``gpu`` the instruct model, which has no warm-up."""
-    prof = prof or profile()
-    if prof.model != TINY:
-        return prof.model
-    from agentlab.sft import warm_policy_path
-
-    return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share))
-
-
-def profile_policy(prof: Profile | None = None, envs: list[str] | str | None = None,
-                   lora: "LoraSettings | bool | None" = None, imperfect_share: float | None = None) -> "Policy":
-    """Load the profile's policy (see `profile_policy_source`) with the profile's quantization."""
-    prof = prof or profile()
-    return load_policy(profile_policy_source(prof, envs, imperfect_share), quantization=prof.quantization, lora=lora)
-
-
-class PolicyLoadError(RuntimeError):
-    """A policy that cannot be loaded; the message says why and what to do."""
-
-
 def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -303,16 +50,35 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def _resolve_source(name_or_path: str) -> str:
+    """The folder (or hub id) that ``name_or_path`` stands for; see `load_policy`."""
     if name_or_path == TINY:
         return str(build_tiny())
+    if name_or_path in NAMED_MODELS:
+        return str(named_model_folder(name_or_path))
     path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        return str(gguf_folder(path))
     if path.exists():
         if not (path / "config.json").exists():
             raise PolicyLoadError(f"{path} exists but holds no config.json: it is not a saved model folder")
         return str(path)
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
         raise PolicyLoadError(f"model folder {name_or_path!r} does not exist")
-    return name_or_path  # a hub id
+    if hub_reachable():
+        return name_or_path  # a hub id
+    if name_or_path in HUB_TWINS:  # the same model ships in a package: use that copy
+        print(f"the model hub is unreachable; loading {name_or_path!r} from its packaged copy {HUB_TWINS[name_or_path]!r}")
+        return str(named_model_folder(HUB_TWINS[name_or_path]))
+    from huggingface_hub import snapshot_download
+
+    try:  # downloaded on an earlier, connected day
+        return snapshot_download(name_or_path, local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - any miss means the model is not on this machine
+        raise PolicyLoadError(
+            f"could not load {name_or_path!r}: the Hugging Face hub is unreachable from this machine and the "
+            "model is not in the local hub cache. Download it elsewhere and pass its local folder "
+            f"(e.g. AGENTLAB_MODEL=/models/Qwen2.5-1.5B-Instruct), or use a packaged model: {', '.join(NAMED_MODELS)}."
+        ) from err
 
 
 def load_policy(
@@ -324,7 +90,9 @@ def load_policy(
 ) -> "Policy":
     """Load a causal LM and its tokenizer as a `Policy`.
 
-    ``name_or_path``: ``"tiny"`` (built locally), a ``save_pretrained`` folder, or a hub id.
+    ``name_or_path``: ``"tiny"`` (built locally), a model shipped in a package (``"smollm2-135m"``,
+    see `agentlab.pretrained`), a ``.gguf`` file, a ``save_pretrained`` folder, or a hub id (which
+    falls back to a packaged copy or the local hub cache when the hub is unreachable).
     ``quantization``: None, ``"4bit"`` (NF4, double quantization; compute float32 on CPU,
     bf16 on CUDA) or ``"8bit"``. ``lora``: LoRA settings (True for the defaults) to train an
     adapter on the frozen base; ``adapter``: a saved adapter folder to load instead.
@@ -538,7 +306,7 @@ class Policy:
             logp_all = F.log_softmax(logits, dim=-1)
             result = {"logp": logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)}  # (B, L-1)
             if entropy:
-                result["entropy"] = -(logp_all.exp() * logp_all).sum(-1)  # (B, L-1)
+                result["entropy"] = entropy_from_logp(logp_all)  # (B, L-1)
             if only is not None:
                 result = {k: v * only for k, v in result.items()}
         else:
@@ -549,7 +317,7 @@ class Policy:
             spread = lambda v: torch.zeros(where.shape, dtype=v.dtype, device=v.device).masked_scatter(where, v)  # noqa: E731
             result = {"logp": spread(logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1))}  # (B, L-1)
             if entropy:
-                result["entropy"] = spread(-(logp_all.exp() * logp_all).sum(-1))  # (B, L-1)
+                result["entropy"] = spread(entropy_from_logp(logp_all))  # (B, L-1)
         if hidden:
             result["hidden"] = out.hidden_states[-1]
         return result

@@ -1,27 +1,28 @@
-"""The loading path: tiny build, from_pretrained round trip, 4-bit, LoRA, reference, errors."""
+"""Profiles and the loading path: tiny build, from_pretrained round trip, 4-bit, LoRA, reference, errors."""
 
 import bitsandbytes as bnb
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentlab import models
-from agentlab.models import LoraSettings, PolicyLoadError, load_policy
+from agentlab.policy import LoraSettings, PolicyLoadError, load_policy
+from agentlab.profiles import profile
+from agentlab.tiny import build_tiny
 
 
 def test_profiles_choose_sizes_in_one_place(monkeypatch):
     monkeypatch.setenv("AGENTLAB_PROFILE", "cpu")
-    assert models.profile().name == "cpu"
-    assert models.profile("ci").rl_updates < models.profile("cpu").rl_updates
+    assert profile().name == "cpu"
+    assert profile("ci").rl_updates < profile("cpu").rl_updates
     monkeypatch.setenv("AGENTLAB_MODEL", "/models/x")
-    assert models.profile("gpu").model == "/models/x" and models.profile("gpu").quantization == "4bit"
+    assert profile("gpu").model == "/models/x" and profile("gpu").quantization == "4bit"
     with pytest.raises(ValueError, match="unknown profile"):
-        models.profile("tpu")
+        profile("tpu")
 
 
 def test_tiny_build_is_deterministic(tiny_path, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
-    again = models.build_tiny(models.profile("ci"), verbose=False)
+    again = build_tiny(profile("ci"), verbose=False)
     assert again != tiny_path and again.name == tiny_path.name  # same recipe, same name
     a = AutoModelForCausalLM.from_pretrained(tiny_path).state_dict()
     b = AutoModelForCausalLM.from_pretrained(again).state_dict()
@@ -32,7 +33,7 @@ def test_tiny_build_is_deterministic(tiny_path, tmp_path, monkeypatch):
 
 
 def test_tiny_build_is_reused_and_sized(tiny_path):
-    assert models.build_tiny(models.profile("ci"), verbose=False) == tiny_path  # cached, not rebuilt
+    assert build_tiny(profile("ci"), verbose=False) == tiny_path  # cached, not rebuilt
     policy = load_policy(str(tiny_path))
     assert 0.3e6 <= policy.num_parameters() <= 3e6
     tok = policy.tokenizer

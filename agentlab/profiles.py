@@ -1,0 +1,136 @@
+"""Profiles: every size and step count that differs between a CI run, a laptop CPU and a GPU, in one place.
+
+    prof = profile()            # "ci", "cpu" or "gpu" (AGENTLAB_PROFILE overrides)
+    prof.rl_updates, prof.group_size, prof.turn_tokens("agentlab/SQL-v0")
+
+Also the two helpers every other module shares: `seed_everything` and the cache folder
+(`cache_dir`, `atomic_save`) where built and warmed policies are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+PROFILES = ("ci", "cpu", "gpu")
+TINY = "tiny"  # the model name that `agentlab.policy.load_policy` resolves to the locally built tiny policy
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every size and step count that differs between profiles (one line per field)."""
+
+    name: str
+    device: str  # "cpu" or "cuda"
+    model: str  # "tiny" or a hub id / local folder (gpu: AGENTLAB_MODEL)
+    quantization: str | None  # None, "4bit" or "8bit"
+    # tiny model architecture
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_seq_len: int
+    # SFT warm-up (how many demonstrations and steps each env gets is its plan in `agentlab.warmup`)
+    sft_batch: int
+    sft_lr: float
+    # RL
+    rl_updates: int
+    tasks_per_update: int
+    group_size: int
+    rl_lr: float
+    lora_r: int
+    max_new_tokens: int  # per turn; raised on envs whose actions are longer (`turn_tokens`)
+    eval_episodes: int
+    seed: int = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Compute dtype: bf16 on CUDA; float32 on CPU, where LoRA training under bf16 autocast did not
+        learn when tried (a faster dtype counts only if the loss curve matches float32)."""
+        return torch.bfloat16 if self.device == "cuda" else torch.float32
+
+    def turn_tokens(self, env_id: str) -> int:
+        """The per-turn token budget on ``env_id``: ``max_new_tokens``, raised to the env's
+        ``action_tokens`` where the expert's actions are longer (a SQL join, a Python function)."""
+        from agentlab.envs import env_class
+
+        return max(self.max_new_tokens, env_class(env_id).action_tokens)
+
+    def replace(self, **changes) -> "Profile":
+        return dataclasses.replace(self, **changes)
+
+
+TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, vocab_size=1024, max_seq_len=768)
+
+_PROFILES = {
+    "ci": Profile(
+        name="ci", device="cpu", model=TINY, quantization=None, **TINY_ARCH,
+        sft_batch=32, sft_lr=2e-3,
+        rl_updates=12, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        max_new_tokens=24, eval_episodes=100,
+    ),
+    "cpu": Profile(
+        name="cpu", device="cpu", model=TINY, quantization=None, **TINY_ARCH,
+        sft_batch=32, sft_lr=2e-3,
+        rl_updates=40, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
+        max_new_tokens=24, eval_episodes=200,
+    ),
+    "gpu": Profile(
+        name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **TINY_ARCH,
+        sft_batch=16, sft_lr=1e-4,
+        rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=2e-6, lora_r=16,
+        max_new_tokens=256, eval_episodes=200,
+    ),
+}
+
+
+def profile(name: str | None = None) -> Profile:
+    """The profile named, else ``AGENTLAB_PROFILE``, else ``gpu`` with CUDA and ``cpu`` without.
+
+    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder).
+    """
+    name = name or os.environ.get("AGENTLAB_PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")
+    if name not in _PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES} (AGENTLAB_PROFILE)")
+    prof = _PROFILES[name]
+    if name == "gpu" and os.environ.get("AGENTLAB_MODEL"):
+        prof = prof.replace(model=os.environ["AGENTLAB_MODEL"])
+    return prof
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch in one place."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def cache_dir() -> Path:
+    """``AGENTLAB_CACHE`` or ``~/.cache/agentlab``."""
+    env = os.environ.get("AGENTLAB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "agentlab"
+
+
+def atomic_save(out: Path, write) -> None:
+    """Write into a temporary sibling folder, then rename: a killed build leaves nothing half-done."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        write(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

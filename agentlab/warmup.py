@@ -1,0 +1,145 @@
+"""The tiny policy's SFT warm-up: a plan per env, the warmed policies it caches, and the profile's policy.
+
+    path = warm_policy_path(profile("ci"), envs=["agentlab/GuessNumber-v0"])   # built once, then cached
+    policy = profile_policy(prof, envs=["agentlab/Maze-v0"], lora=True)        # what a profile trains
+
+A randomly initialised tiny model cannot write a single valid action, so before RL it is taught
+the action grammar by SFT on scripted demonstrations (`agentlab.sft`). Envs differ in what it
+must pick up first: a GuessNumber guess copies the range just stated, while a WebSearch answer
+copies a made-up name out of a document and a Math step needs the times table. So each env gets
+its own `WarmUp`, kept here rather than in the env, since it describes the tiny policy and not
+the task. A real instruct model (the ``gpu`` profile) has no warm-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agentlab.envs import ENV_IDS, full_id, make
+from agentlab.policy import LoraSettings, Policy, load_policy
+from agentlab.profiles import TINY, Profile, atomic_save, cache_dir, profile
+from agentlab.rollout import Trajectory
+from agentlab.sft import demonstration, sft
+from agentlab.tiny import build_tiny
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """How one env is demonstrated to the tiny policy before RL."""
+
+    levels: tuple[int, ...] = (0, 0, 1)  # difficulties demonstrated, cycled over the episodes
+    episodes: int = 300  # distinct demonstrations
+    steps: int = 300  # SFT steps (of the profile's batch) when the env is warmed alone
+    imperfect_share: float = 0.6  # share of episodes acted by the biased demonstrator
+
+
+# Where the biased demonstrator rarely wins (SQL's careless query, Code's careless submission,
+# Math's left-to-right reading), its share stays below a half: greedy decoding follows the
+# majority habit, and a policy that only copied a losing habit would leave RL nothing to find.
+WARM_UPS: dict[str, WarmUp] = {
+    # 1..16 only: random offsets (level 1 and up) need arithmetic the tiny model lacks. Half lazy:
+    # with the lazy habit in the majority greedy decoding plays it move for move (the GRPO demo
+    # starts from that lazier mix on purpose, `agentlab.demo.LAZY_SHARE`).
+    "agentlab/GuessNumber-v0": WarmUp(levels=(0,), imperfect_share=0.5),
+    "agentlab/Maze-v0": WarmUp(),
+    # Answers copy made-up names out of documents: copying needs many distinct examples.
+    "agentlab/WebSearch-v0": WarmUp(episodes=3000, steps=1000),
+    "agentlab/SQL-v0": WarmUp(episodes=3000, steps=1000, imperfect_share=0.4),
+    "agentlab/Code-v0": WarmUp(episodes=1500, steps=1000, imperfect_share=0.4),
+    # A step copies the question's numbers and needs the times table: the longest warm-up.
+    "agentlab/Math-v0": WarmUp(levels=(0,), episodes=6000, steps=3000, imperfect_share=0.3),
+    # act(...) copies the values the user gave: many distinct dialogues again.
+    "agentlab/Dialog-v0": WarmUp(episodes=3000, steps=1000),
+}
+
+
+def warm_up_plan(env_id: str) -> WarmUp:
+    """The env's plan (``WarmUp()`` for an env registered without one)."""
+    return WARM_UPS.get(full_id(env_id), WarmUp())
+
+
+def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
+                   imperfect_share: float | None = None, levels: tuple[int, ...] | None = None) -> list[Trajectory]:
+    """Each env's demonstrations as its plan says: ``episodes`` of them, cycling through ``levels``,
+    ``imperfect_share`` of them by the biased demonstrator. An argument given here replaces the
+    plan's value for every env."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for env_id in env_ids:
+        env = make(env_id)
+        plan = warm_up_plan(env_id)
+        share = plan.imperfect_share if imperfect_share is None else imperfect_share
+        env_levels = levels or plan.levels
+        for ep in range(episodes or plan.episodes):
+            out.append(demonstration(policy, env, rng, share, env_levels[ep % len(env_levels)]))
+        env.close()
+    return out
+
+
+def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None = None, force: bool = False,
+                     progress: bool = True, imperfect_share: float | None = None) -> Path:
+    """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
+
+    ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings the
+    demonstrations and SFT steps of its plan, so a policy warmed on several envs trains for the
+    sum of their steps. ``imperfect_share``, if given, replaces every env's biased share. Cached
+    under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
+    plans (with the share given here) and the profile's SFT settings, so changing any of them
+    warms a new one. Build times per env are in bench/RESULTS.md (warm-up section).
+    """
+    prof = prof or profile()
+    env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
+    env_ids = [full_id(e) for e in env_ids]
+    base = build_tiny(prof, verbose=progress)
+    if imperfect_share is not None and not 0.0 <= imperfect_share <= 1.0:
+        raise ValueError(f"imperfect_share is the share of biased demonstrations, between 0 and 1; got {imperfect_share}")
+    plans = {e: warm_up_plan(e) for e in env_ids}
+    if imperfect_share is not None:
+        plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}
+    steps = sum(plan.steps for plan in plans.values())
+    recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
+              "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
+              "warm_up": {e: dataclasses.asdict(plan) for e, plan in plans.items()}, "version": 3}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    out = cache_dir() / f"warm-{key}"
+    if out.exists() and (out / "sft.json").exists() and not force:
+        return out
+    if progress:
+        print(f"warming up the tiny policy on {', '.join(e.split('/')[-1] for e in env_ids)} "
+              f"({steps} SFT steps, cached in {out}) ...")
+    torch.manual_seed(prof.seed)
+    policy = load_policy(str(base), device="cpu")
+    t0 = time.time()
+    demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share)
+    t_demo = time.time() - t0
+    losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+    report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
+              "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
+    atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))
+    return out
+
+
+def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None,
+                          imperfect_share: float | None = None, progress: bool = True) -> str:
+    """What the profile trains and evaluates: on the tiny profiles the SFT-warmed tiny policy
+    (warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces the envs'
+    biased share of the warm-up), on ``gpu`` the instruct model, which has no warm-up."""
+    prof = prof or profile()
+    if prof.model != TINY:
+        return prof.model
+    return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share, progress=progress))
+
+
+def profile_policy(prof: Profile | None = None, envs: list[str] | str | None = None,
+                   lora: LoraSettings | bool | None = None, imperfect_share: float | None = None) -> Policy:
+    """Load the profile's policy (see `profile_policy_source`) with the profile's quantization."""
+    prof = prof or profile()
+    return load_policy(profile_policy_source(prof, envs, imperfect_share), quantization=prof.quantization, lora=lora)
