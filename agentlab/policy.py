@@ -49,7 +49,7 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def _resolve_source(name_or_path: str) -> str:
+def model_source(name_or_path: str) -> str:
     """The folder (or hub id) that ``name_or_path`` stands for; see `load_policy`."""
     if name_or_path == TINY:
         return str(build_tiny())
@@ -103,7 +103,7 @@ def load_policy(
         raise PolicyLoadError(f"quantization must be None, '4bit' or '8bit', got {quantization!r}")
     device = resolve_device(device)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    source = _resolve_source(name_or_path)
+    source = model_source(name_or_path)
     kwargs: dict = {"dtype": dtype}
     if quantization is not None:
         kwargs["quantization_config"] = _bnb_config(quantization, dtype)

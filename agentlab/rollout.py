@@ -8,7 +8,9 @@ One episode, as tokens (P = prompt, A = action, O = observation):
 Every turn, the next action of *every live env* is sampled in one batched call; envs that
 finished drop out of the batch. Action tokens are stored exactly as sampled (never
 re-tokenised from text) with the logprob the sampling policy gave them; the observation
-tokens appended after an action are tokenised once. Only action tokens carry loss.
+tokens appended after an action are tokenised once. Only action tokens carry loss. An action
+cut off at the per-turn token budget is closed with an end-of-turn token that counts as part of
+the reply (role O, no loss), so every turn reads a chat the template could have rendered.
 """
 
 from __future__ import annotations
@@ -331,7 +333,9 @@ def rollout(
                 _, reward, term, trunc, info = env.step("")
                 obs = TOO_LONG.format(n=settings.max_new_tokens)
                 info = {**info, "valid": False}
-            obs_ids = policy.observation_ids(obs)
+            # A cut action still ends its turn with end-of-turn, as the chat template would write it,
+            # so the next turn reads a well-formed chat; the policy did not write it, so it is not trained.
+            obs_ids = ([] if finished else [policy.eot_id]) + policy.observation_ids(obs)
             out_of_context = len(contexts[i]) + len(obs_ids) + settings.max_new_tokens > max_context
             traj.record_step(text, None if out_of_context else obs, reward, info)
             if not out_of_context:  # the last observation is kept too: a critic values the state it shows

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from agentlab.envs import ENV_IDS, full_id, make
-from agentlab.policy import LoraSettings, Policy, load_policy
+from agentlab.policy import LoraSettings, Policy, load_policy, model_source
 from agentlab.profiles import TINY, Profile, atomic_save, cache_dir, profile
 from agentlab.rollout import Trajectory
 from agentlab.sft import demonstration, sft
@@ -61,13 +61,21 @@ WARM_UPS: dict[str, WarmUp] = {
 }
 
 
-def warm_up_plan(env_id: str) -> WarmUp:
-    """The env's plan (``WarmUp()`` for an env registered without one)."""
+# A pretrained instruct model already reads and writes; it only has to pick up the action grammar
+# and the envs' habits, so a few hundred demonstrations and a short LoRA SFT do for every env.
+PRETRAINED_WARM_UP = WarmUp(levels=(0,), episodes=256, steps=32)
+
+
+def warm_up_plan(env_id: str, model: str = TINY) -> WarmUp:
+    """The env's plan for ``model`` (``WarmUp()`` for an env registered without one)."""
+    if model != TINY:
+        return PRETRAINED_WARM_UP
     return WARM_UPS.get(full_id(env_id), WarmUp())
 
 
 def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
-                   imperfect_share: float | None = None, levels: tuple[int, ...] | None = None) -> list[Trajectory]:
+                   imperfect_share: float | None = None, levels: tuple[int, ...] | None = None,
+                   model: str = TINY) -> list[Trajectory]:
     """Each env's demonstrations as its plan says: ``episodes`` of them, cycling through ``levels``,
     ``imperfect_share`` of them by the biased demonstrator. An argument given here replaces the
     plan's value for every env."""
@@ -75,7 +83,7 @@ def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
     out = []
     for env_id in env_ids:
         env = make(env_id)
-        plan = warm_up_plan(env_id)
+        plan = warm_up_plan(env_id, model)
         share = plan.imperfect_share if imperfect_share is None else imperfect_share
         env_levels = levels or plan.levels
         for ep in range(episodes or plan.episodes):
@@ -86,7 +94,8 @@ def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
 
 def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None = None, force: bool = False,
                      progress: bool = True, imperfect_share: float | None = None) -> Path:
-    """The SFT-warmed tiny policy of ``prof``, built and cached on first use.
+    """The SFT-warmed policy of ``prof`` (the tiny one, or the profile's pretrained model), built
+    and cached on first use.
 
     ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings the
     demonstrations and SFT steps of its plan, so a policy warmed on several envs trains for the
@@ -98,29 +107,34 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     prof = prof or profile()
     env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
     env_ids = [full_id(e) for e in env_ids]
-    base = build_tiny(prof, verbose=progress)
+    base = build_tiny(prof, verbose=progress) if prof.model == TINY else Path(model_source(prof.model))
     if imperfect_share is not None and not 0.0 <= imperfect_share <= 1.0:
         raise ValueError(f"imperfect_share is the share of biased demonstrations, between 0 and 1; got {imperfect_share}")
-    plans = {e: warm_up_plan(e) for e in env_ids}
+    plans = {e: warm_up_plan(e, prof.model) for e in env_ids}
     if imperfect_share is not None:
         plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}
     steps = sum(plan.steps for plan in plans.values())
     recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
               "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
               "warm_up": {e: dataclasses.asdict(plan) for e, plan in plans.items()}, "version": 3}
+    if prof.sft_lora_r:
+        recipe["lora_r"] = prof.sft_lora_r
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"warm-{key}"
     if out.exists() and (out / "sft.json").exists() and not force:
         return out
     if progress:
-        print(f"warming up the tiny policy on {', '.join(e.split('/')[-1] for e in env_ids)} "
+        print(f"warming up {prof.model} on {', '.join(e.split('/')[-1] for e in env_ids)} "
               f"({steps} SFT steps, cached in {out}) ...")
     torch.manual_seed(prof.seed)
-    policy = load_policy(str(base), device="cpu")
+    lora = LoraSettings(r=prof.sft_lora_r, alpha=2 * prof.sft_lora_r) if prof.sft_lora_r else None
+    policy = load_policy(str(base), device="cpu", lora=lora)
     t0 = time.time()
-    demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share)
+    demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share, model=prof.model)
     t_demo = time.time() - t0
     losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+    if lora:  # merged into the full-precision base, so that RL's reference is the warmed policy
+        policy.model = policy.model.merge_and_unload()
     report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
               "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
     atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))
@@ -129,11 +143,11 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
 
 def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None,
                           imperfect_share: float | None = None, progress: bool = True) -> str:
-    """What the profile trains and evaluates: on the tiny profiles the SFT-warmed tiny policy
-    (warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces the envs'
-    biased share of the warm-up), on ``gpu`` the instruct model, which has no warm-up."""
+    """What the profile trains and evaluates: the SFT-warmed policy (the tiny one, or SmolLM2 on
+    ``real-cpu``; warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces
+    the envs' biased share of the warm-up), or on ``gpu`` the instruct model as it comes."""
     prof = prof or profile()
-    if prof.model != TINY:
+    if not prof.warm_up:
         return prof.model
     return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share, progress=progress))
 

