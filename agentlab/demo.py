@@ -9,6 +9,10 @@ sampling still tries bisection now and then; those episodes win more often, and 
 first guess (and every later one) towards it. Bisection only pays when every turn uses the
 reply to the turn before, so the gain is a multi-turn one. From a start that already bisects,
 RL has much less to show (bench/RESULTS.md compares the starts).
+
+On the ``real-cpu`` profile the demo trains SmolLM2-135M-Instruct instead, on a tool-use env
+(``agentlab demo --profile real-cpu --env Dialog``): the same loop, from the model's LoRA SFT
+warm-up on the env's demonstrations, evaluated on 40 held-out tasks (levels 0 and 1).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import shutil
 import time
 from pathlib import Path
 
-from agentlab.profiles import profile
+from agentlab.algos import grpo
+from agentlab.envs import full_id
+from agentlab.profiles import TINY, profile
 from agentlab.train import TrainConfig, train
 from agentlab.warmup import profile_policy_source
 
@@ -26,33 +32,51 @@ DEMO_ENV = "agentlab/GuessNumber-v0"
 LAZY_SHARE = 0.6  # the lazy demonstrator's share of the demo's warm-up (GuessNumber's own plan: 0.5)
 
 
-def demo_policy(profile_name: str | None = None, progress: bool = True) -> str:
+def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: str = DEMO_ENV) -> str:
     """The demo's starting policy: on the tiny profiles GuessNumber's warm-up with ``LAZY_SHARE``
-    lazy episodes (built and cached on first use), on ``gpu`` the profile's instruct model."""
-    return profile_policy_source(profile(profile_name), envs=[DEMO_ENV], imperfect_share=LAZY_SHARE, progress=progress)
+    lazy episodes, on ``real-cpu`` the real model's warm-up on ``env_id`` (built and cached on
+    first use), on ``gpu`` the profile's instruct model."""
+    prof = profile(profile_name)
+    share = LAZY_SHARE if full_id(env_id) == DEMO_ENV and prof.model == TINY else None
+    return profile_policy_source(prof, envs=[full_id(env_id)], imperfect_share=share, progress=progress)
 
 
 def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
-                policy: str | None = None) -> TrainConfig:
-    """The demo's run; ``policy`` is its starting point (default: `demo_policy`)."""
+                policy: str | None = None, env_id: str = DEMO_ENV) -> TrainConfig:
+    """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`)."""
     prof = profile(profile_name)
+    env_id = full_id(env_id)
     updates = updates or prof.rl_updates
+    policy = policy or demo_policy(prof.name, env_id=env_id)
+    if prof.model != TINY and prof.warm_up:
+        return real_model_config(prof, env_id, out_dir, updates, policy)
     # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
     # lazy scan as much as a short bisection, which only blurs what the demo should show.
-    return TrainConfig(env_id=DEMO_ENV, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
-                       policy=policy or demo_policy(prof.name), reward_mode="outcome", out_dir=out_dir,
+    return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
+                       policy=policy, reward_mode="outcome", out_dir=out_dir,
                        eval_every=max(4, updates // 3), checkpoint_every=10)
 
 
+def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str) -> TrainConfig:
+    """GRPO for a real model on a CPU, where one update's rollout and backward pass take minutes:
+    one optimiser step per update over the whole batch (several steps per batch at a LoRA learning
+    rate ran away from the reference within one update), sampling at temperature 0.8 (at 1.0 the
+    49k-token tail wrote malformed actions), and 40 held-out tasks from levels 0 and 1."""
+    episodes = prof.tasks_per_update * prof.group_size
+    return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=[0, 1], name="demo", updates=updates,
+                       policy=policy, temperature=0.8, out_dir=out_dir, eval_every=updates,
+                       grpo=grpo.GRPOSettings(epochs=1, minibatch_size=episodes))
+
+
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
-             progress: bool = True, updates: int | None = None) -> dict:
+             progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV) -> dict:
     """Train the demo and return (and optionally write) its summary: the JSON that
     ``agentlab demo --json`` writes (keys in docs/design.md)."""
     prof = profile(profile_name)
     t0 = time.time()
-    start = demo_policy(prof.name, progress)  # built here (cached after the first run) so that it is timed apart
+    start = demo_policy(prof.name, progress, env_id)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
-    cfg = demo_config(prof.name, out_dir, updates, policy=start)
+    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
     result = train(cfg, progress=progress)
@@ -60,11 +84,14 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     before, after = result.evals[0], result.evals[-1]
     keep = ("success_rate", "success_ci95", "mean_turns", "distinct_tasks")
     summary = {
-        "env": DEMO_ENV, "algo": cfg.algo, "profile": prof.name, "seconds": round(seconds, 1),
+        "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "seconds": round(seconds, 1),
         "warmup_seconds": round(t_warm, 1), "updates": len(result.history),
         "eval_episodes": before["episodes"],
         "before": {k: before[k] for k in keep}, "after": {k: after[k] for k in keep},
         "out_dir": str(result.out_dir),
+        # the run's health: a policy that leaves its start too fast writes malformed actions
+        "invalid_rate": [round(h["invalid_rate"], 4) for h in result.history],
+        "kl": [round(h.get("kl", 0.0), 5) for h in result.history],
     }
     plot_path = plot_run(result.history, result.evals, Path(out_dir) / "demo.png")
     summary["plot"] = str(plot_path)
@@ -107,7 +134,7 @@ def plot_run(history: list[dict], evals: list[dict], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 3.6))
     ups = [h["update"] for h in history]
     ax1.plot(ups, [h["success_rate"] for h in history], label="training (sampled)", alpha=0.7)
     ax1.plot([e["update"] for e in evals], [e["success_rate"] for e in evals], "o-", label="held-out (greedy)")
@@ -120,6 +147,10 @@ def plot_run(history: list[dict], evals: list[dict], path: Path) -> Path:
     ax2.plot(ups, [h["mean_turns"] for h in history], label="turns per episode")
     ax2.set(xlabel="update", title="return and episode length")
     ax2.legend()
+    ax3.plot(ups, [h["invalid_rate"] for h in history], label="invalid actions (sampled)")
+    ax3.plot(ups, [h.get("kl", 0.0) for h in history], label="KL to the reference (per token)")
+    ax3.set(xlabel="update", title="health")
+    ax3.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

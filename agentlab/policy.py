@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import os
 import warnings
@@ -27,6 +28,14 @@ from agentlab.metrics import entropy_from_logp
 from agentlab.pretrained import HUB_TWINS, NAMED_MODELS, PolicyLoadError, gguf_folder, hub_reachable, named_model_folder
 from agentlab.profiles import TINY
 from agentlab.tiny import SPECIAL, build_tiny
+
+# Importing peft imports bitsandbytes, which on CPUs with AVX512-BF16 tries to fetch an optional
+# 4-bit kernel from the model hub and logs "Failed to load CPU gemm_4bit_forward from
+# kernels-community" when it cannot (always, offline or without the `kernels` package). agentlab
+# cannot skip that import, and the kernel serves a weight layout agentlab switches off
+# (`_keep_cpu_4bit_layout`), so exactly that message is dropped; the logger's others still show.
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
+    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward"))
 
 
 @dataclass
@@ -202,23 +211,51 @@ def _keep_cpu_4bit_layout(model) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
+@contextlib.contextmanager
+def _peft_wrapping():
+    """peft 0.21 (the newest) reads transformers' deprecated ``is_gradient_checkpointing`` whenever it
+    wraps a model, and transformers 5 answers with a FutureWarning on every LoRA load that nothing
+    agentlab passes can avoid: that one message is hidden, while peft wraps the model only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def _with_lora(model, settings: LoraSettings, adapter: str | None, quantization: str | None):
     from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 
     if quantization is not None:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if adapter is not None:
-        return PeftModel.from_pretrained(model, adapter, is_trainable=True)
+        with _peft_wrapping():
+            return PeftModel.from_pretrained(model, adapter, is_trainable=True)
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
     targets = [t for t in settings.target_modules if t in names]
     if not targets:
         raise PolicyLoadError(f"none of the LoRA target modules {settings.target_modules} exist in this model")
     config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=targets, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with _peft_wrapping():
+        return get_peft_model(model, config)
 
 
 # ---------------------------------------------------------------------------- the policy
+
+def shared_prompts(ids: torch.Tensor, mask: torch.Tensor, only: torch.Tensor) -> tuple[list[int], list[int]] | None:
+    """Which rows of right-padded ``ids`` (B, L) may share a prompt pass: (starts, owner) where row b's
+    tokens before ``starts[b]`` (its first scored position in ``only`` (B, L-1)) equal those of row
+    ``owner[b]``; None when no two rows start alike. Scoring starts at the prompt's last token, so
+    the shared part is the prompt without it."""
+    lengths = mask.sum(1).tolist()
+    starts = [int(r.nonzero()[0]) if r.any() else n - 1 for r, n in zip(only.bool(), lengths)]
+    if min(starts) < 1:
+        return None
+    first: dict[tuple, int] = {}
+    owner = [first.setdefault((s, tuple(ids[b, :s].tolist())), b) for b, s in enumerate(starts)]
+    if len(first) == len(owner):
+        return None
+    return starts, owner
+
 
 class Policy:
     """A causal LM + tokenizer that can sample, score given tokens, and act as its own reference.
@@ -236,6 +273,10 @@ class Policy:
         self.eot_id = tokenizer.convert_tokens_to_ids(SPECIAL["eot"]) if SPECIAL["eot"] in tokenizer.get_vocab() \
             else tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id
+        # Run a prompt that several rows share (a GRPO group's) once, in sampling and in scoring.
+        # Worth it on a real model, whose prompts are most of an episode's tokens; off by default,
+        # since batching rows differently moves the last digits of the logits (`shared_prompts`).
+        self.share_prompts = False
 
     @property
     def device(self) -> torch.device:
@@ -310,17 +351,57 @@ class Policy:
             if only is not None:
                 result = {k: v * only for k, v in result.items()}
         else:
-            out = self.forward(ids, mask, hidden=True, logits_to_keep=1)  # one position's logits; the rest below
+            shared = shared_prompts(ids, mask, only) if self.share_prompts else None
+            if shared is None:
+                last = self.forward(ids, mask, hidden=True, logits_to_keep=1).hidden_states[-1]  # (B, L, H)
+            else:
+                last = self._forward_shared(ids, mask, *shared)  # (B, L, H), the same numbers, less work
             where = only.bool()
-            h = out.hidden_states[-1][:, :-1][where]  # (K, H) after the final norm, K = positions kept
+            h = last[:, :-1][where]  # (K, H) after the final norm, K = positions kept
             logp_all = F.log_softmax(self.model.get_output_embeddings()(h).float() / temperature, dim=-1)  # (K, V)
             spread = lambda v: torch.zeros(where.shape, dtype=v.dtype, device=v.device).masked_scatter(where, v)  # noqa: E731
             result = {"logp": spread(logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1))}  # (B, L-1)
             if entropy:
                 result["entropy"] = spread(entropy_from_logp(logp_all))  # (B, L-1)
+            if hidden:
+                result["hidden"] = last
+            return result
         if hidden:
             result["hidden"] = out.hidden_states[-1]
         return result
+
+    def _forward_shared(self, ids: torch.Tensor, mask: torch.Tensor, starts: list[int], owner: list[int]) -> torch.Tensor:
+        """The last hidden states (B, L, H) of right-padded ``ids``, where row b's first ``starts[b]`` tokens
+        are those of row ``owner[b]``: each such prompt is run once, its keys and values are copied to the
+        rows that share it (a differentiable copy, so gradients from every row reach it), and each row
+        runs its own tokens from ``starts[b]`` on after it."""
+        B, device = ids.shape[0], ids.device
+        owners = sorted(set(owner))
+        slot = {o: i for i, o in enumerate(owners)}
+        width = max(starts[o] for o in owners)
+        p_ids = torch.full((len(owners), width), self.pad_id, dtype=torch.long, device=device)
+        p_mask = torch.zeros((len(owners), width), dtype=mask.dtype, device=device)
+        for i, o in enumerate(owners):
+            p_ids[i, :starts[o]], p_mask[i, :starts[o]] = ids[o, :starts[o]], 1
+        pos = torch.arange(width, device=device).expand(len(owners), width)
+        pre = self.model(input_ids=p_ids, attention_mask=p_mask, position_ids=pos, use_cache=True,
+                         output_hidden_states=True, logits_to_keep=1)
+        rows = torch.tensor([slot[owner[b]] for b in range(B)], device=device)
+        cache = pre.past_key_values
+        cache.batch_select_indices(rows)  # (U, ...) -> (B, ...): each row gets its prompt's keys and values
+        lengths = mask.sum(1).tolist()
+        rest_len = max(n - s for n, s in zip(lengths, starts))
+        r_ids = torch.full((B, rest_len), self.pad_id, dtype=torch.long, device=device)
+        r_mask = torch.zeros((B, rest_len), dtype=mask.dtype, device=device)
+        for b in range(B):
+            r_ids[b, :lengths[b] - starts[b]], r_mask[b, :lengths[b] - starts[b]] = ids[b, starts[b]:lengths[b]], 1
+        r_pos = torch.tensor(starts, device=device)[:, None] + torch.arange(rest_len, device=device)  # (B, R)
+        out = self.model(input_ids=r_ids, attention_mask=torch.cat([p_mask[rows], r_mask], 1), position_ids=r_pos,
+                         past_key_values=cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
+        p_h, r_h = pre.hidden_states[-1][rows], out.hidden_states[-1]  # (B, width, H), (B, R, H)
+        pad = torch.zeros(ids.shape[1], p_h.shape[-1], dtype=r_h.dtype, device=device)
+        return torch.stack([torch.cat([p_h[b, :starts[b]], r_h[b, :lengths[b] - starts[b]], pad[lengths[b]:]])
+                            for b in range(B)])  # (B, L, H)
 
     @property
     def _head_applies_alone(self) -> bool:

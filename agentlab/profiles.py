@@ -9,6 +9,7 @@ Also the two helpers every other module shares: `seed_everything` and the cache 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -50,6 +51,8 @@ class Profile:
     eval_episodes: int
     warm_up: bool = True  # SFT on the envs' demonstrations before RL (False: the model acts as it comes)
     sft_lora_r: int = 0  # 0: the warm-up trains every weight; else a LoRA of this rank, merged into the base after
+    share_prompts: bool = False  # run a group's shared prompt once when sampling and scoring (`Policy.share_prompts`)
+    checkpoint_seconds: float | None = None  # checkpoint after any update once this long has passed (None: by count only)
     seed: int = 0
 
     @property
@@ -90,7 +93,8 @@ _PROFILES = {
         name="real-cpu", device="cpu", model="smollm2-135m", quantization=None, **TINY_ARCH,
         sft_batch=8, sft_lr=1e-3, sft_lora_r=16,
         rl_updates=6, tasks_per_update=8, group_size=8, rl_lr=1e-4, lora_r=8,
-        max_new_tokens=32, eval_episodes=40,
+        max_new_tokens=32, eval_episodes=40, share_prompts=True,
+        checkpoint_seconds=0,  # an update takes minutes here: a kill must not cost more than one
     ),
     # LoRA rates sit 10-100x above the articles' full-fine-tuning rates (1e-6 to 4e-6), which would barely
     # move an adapter; on SmolLM2, 3e-4 over 32 steps an update left the reference within one update.
@@ -98,7 +102,7 @@ _PROFILES = {
         name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **TINY_ARCH,
         sft_batch=16, sft_lr=1e-4,
         rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=1e-4, lora_r=16,
-        max_new_tokens=256, eval_episodes=200, warm_up=False,
+        max_new_tokens=256, eval_episodes=200, warm_up=False, share_prompts=True, checkpoint_seconds=600,
     ),
 }
 
@@ -132,6 +136,24 @@ def cache_dir() -> Path:
     """``AGENTLAB_CACHE`` or ``~/.cache/agentlab``."""
     env = os.environ.get("AGENTLAB_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "agentlab"
+
+
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold an exclusive lock on building ``out``, so that processes started together (``accelerate
+    launch``, two notebooks) build a cached model once: the others wait, then find it built."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; a concurrent build there is only wasted work
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def atomic_save(out: Path, write) -> None:

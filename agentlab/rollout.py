@@ -198,6 +198,17 @@ class _Decoder:
 
     def extend(self, chunks: list[list[int]]) -> torch.Tensor:
         """Append each row's new tokens; return the next-token logits after them, (B, V)."""
+        if self.ids is None and self.policy.share_prompts:
+            # A group's episodes start from one prompt: read each distinct prompt once, then copy its cache.
+            first: dict[tuple, int] = {}
+            rows = [first.setdefault(tuple(c), len(first)) for c in chunks]
+            if len(first) < len(chunks):
+                logits = self._extend([list(c) for c in first])
+                self.keep(rows)
+                return logits[rows]
+        return self._extend(chunks)
+
+    def _extend(self, chunks: list[list[int]]) -> torch.Tensor:
         device, width = self.policy.device, max(len(c) for c in chunks)
         ids = torch.full((len(chunks), width), self.policy.pad_id, dtype=torch.long)
         new = torch.zeros((len(chunks), width), dtype=torch.long)
@@ -216,12 +227,14 @@ class _Decoder:
         pos = (seen + new.cumsum(-1) - 1).clamp(min=0)  # (B, C) positions among the row's real tokens
         mask = new if self.mask is None else torch.cat([self.mask, new], dim=1)
         every = ids if self.ids is None else torch.cat([self.ids, ids], dim=1)
+        # Only the last position's logits are read: projecting every new token (a whole prompt or
+        # observation) to a 49k-token vocabulary would cost more than the rest of the pass.
         if self.past is None and self.ids is not None:
             # The model keeps no cache (e.g. gradient checkpointing in training mode): read it all again.
-            out = self.policy.forward(every, mask, use_cache=False)
+            out = self.policy.forward(every, mask, use_cache=False, logits_to_keep=1)
         else:
             out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                    past_key_values=self.past, use_cache=True)
+                                    past_key_values=self.past, use_cache=True, logits_to_keep=1)
         self.past, self.ids, self.mask = out.past_key_values, every, mask
         return out.logits[:, -1]
 

@@ -7,10 +7,14 @@
 Everything a run writes lives in ``cfg.out_dir``: ``config.json``, ``metrics.jsonl`` (one
 line per update), ``eval.jsonl`` (greedy success on held-out tasks), ``checkpoints/`` (the
 trainable weights, optimiser, value head and RNG states, written atomically every
-``checkpoint_every`` updates) and ``final/`` (the adapter, loadable with `load_policy`).
+``checkpoint_every`` updates, or after any update once ``checkpoint_seconds`` have passed) and
+``final/`` (the adapter, loadable with `load_policy`).
 
 Each update draws its tasks and sampling noise from generators seeded by (seed, update), so
 a resumed run continues exactly as if it had never stopped.
+
+Before the first rollout, `agentlab.memory.preflight` prints the run's memory estimate and stops
+a run that cannot fit; each minibatch then runs in micro-batches of ``micro_batch_tokens``.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from agentlab import memory
 from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
 from agentlab.envs import env_class, make
 from agentlab.evaluate import evaluate_tasks, run_episodes
 from agentlab.policy import LoraSettings, Policy, load_policy
-from agentlab.profiles import profile
+from agentlab.profiles import atomic_save, profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
 from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
 from agentlab.tasks import load_tasks
@@ -41,7 +46,8 @@ from agentlab.warmup import profile_policy_source
 
 
 class TrainingDiverged(RuntimeError):
-    """Raised after ``max_bad_updates`` updates in a row had a NaN or infinite loss."""
+    """Raised after ``max_bad_updates`` updates in a row had a NaN or infinite loss, or a KL to the
+    reference above ``max_kl``."""
 
 
 @dataclass
@@ -70,10 +76,15 @@ class TrainConfig:
     reflection: bool = False  # retry all-failed groups with the failure reason and train on both (S26)
     grpo: grpo.GRPOSettings = field(default_factory=grpo.GRPOSettings)  # GRPO hyperparameters
     ppo: ppo.PPOSettings = field(default_factory=ppo.PPOSettings)  # PPO hyperparameters
+    micro_batch_tokens: int | None = None  # most tokens (rows × padded length) per pass; None = the most that fits
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, slower; pays on a real model
+    share_prompts: bool | None = None  # run a group's prompt once in sampling and scoring (same numbers, less work)
     eval_every: int = 10  # greedy evaluation on held-out tasks every N updates (and at start and end)
     eval_episodes: int | None = None  # episodes per evaluation
     checkpoint_every: int = 10  # write a checkpoint every N updates
-    max_bad_updates: int = 3  # stop after this many non-finite updates in a row
+    checkpoint_seconds: float | None = None  # also after any update once this many seconds passed (None: the profile's)
+    max_bad_updates: int = 3  # stop after this many non-finite (or max_kl) updates in a row
+    max_kl: float | None = None  # warn when the KL to the reference passes this, stop after max_bad_updates; None = off
     name: str = "run"  # run name; output goes to out_dir
     out_dir: str | None = None  # None = runs/<name>
     seed: int = 0  # seeds tasks, sampling and minibatch order
@@ -100,6 +111,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         group_size=pick(cfg.group_size, prof.group_size), lr=pick(cfg.lr, prof.rl_lr),
         max_new_tokens=pick(cfg.max_new_tokens, prof.turn_tokens(cfg.env_id)),
         eval_episodes=pick(cfg.eval_episodes, prof.eval_episodes),
+        share_prompts=pick(cfg.share_prompts, prof.share_prompts),
+        checkpoint_seconds=pick(cfg.checkpoint_seconds, prof.checkpoint_seconds),
         out_dir=pick(cfg.out_dir, f"runs/{cfg.name}"),
     )
 
@@ -225,22 +238,23 @@ def batch_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict:
 
 def save_checkpoint(out_dir: Path, update: int, policy: Policy, optimizer, value_head, cfg: TrainConfig,
                     keep: int = 2) -> Path:
-    """Write ``checkpoints/update-NNNNN`` atomically (temp folder, then rename); keep the last ``keep``."""
+    """Write ``checkpoints/update-NNNNN`` atomically (`atomic_save`: a run killed while writing leaves
+    the previous checkpoint as the latest); keep the last ``keep``."""
     ckpt_dir = out_dir / "checkpoints"
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        trainable = {n: p.detach().cpu() for n, p in policy.model.named_parameters() if p.requires_grad}
+        torch.save(trainable, tmp / "trainable.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        if value_head is not None:
+            torch.save(value_head.state_dict(), tmp / "value_head.pt")
+        state = {"update": update, "torch_rng": torch.get_rng_state().tolist()}
+        (tmp / "state.json").write_text(json.dumps(state))
+
+    for junk in ckpt_dir.glob(".update-*"):  # what a killed run was writing
+        shutil.rmtree(junk, ignore_errors=True)
     final = ckpt_dir / f"update-{update:05d}"
-    tmp = ckpt_dir / f".tmp-{update:05d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    trainable = {n: p.detach().cpu() for n, p in policy.model.named_parameters() if p.requires_grad}
-    torch.save(trainable, tmp / "trainable.pt")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    if value_head is not None:
-        torch.save(value_head.state_dict(), tmp / "value_head.pt")
-    state = {"update": update, "torch_rng": torch.get_rng_state().tolist()}
-    (tmp / "state.json").write_text(json.dumps(state))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    atomic_save(final, write)
     for old in sorted(ckpt_dir.glob("update-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -279,6 +293,43 @@ def _append_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def resume_point(out_dir: Path) -> Path | None:
+    """The checkpoint a resumed run continues from, said out loud; None (also said) when there is none."""
+    ckpt = latest_checkpoint(out_dir)
+    if ckpt is None:
+        print(f"{out_dir} has no checkpoint: starting from update 0")
+    else:
+        print(f"resuming {out_dir} from update {json.loads((ckpt / 'state.json').read_text())['update']} ({ckpt.name})")
+    return ckpt
+
+
+# ---------------------------------------------------------------------------- health checks
+
+def check_update(update: int, stats: dict, cfg: TrainConfig, streaks: dict[str, int]) -> str | None:
+    """Warn about a bad update (NaN or infinite loss, KL to the reference above ``max_kl``); return why the
+    run must stop once ``max_bad_updates`` bad ones came in a row, else None. ``streaks`` counts them."""
+    nonfinite, kl = stats.get("nonfinite", 0.0), stats.get("kl")
+    if 0.0 < nonfinite < 1.0:
+        warnings.warn(f"update {update}: {nonfinite:.0%} of its gradient steps had a NaN or infinite loss "
+                      "and were skipped")
+    if nonfinite >= 1.0:
+        warnings.warn(f"update {update}: the loss was NaN or infinite; the update was skipped")
+    kl_high = cfg.max_kl is not None and kl is not None and kl > cfg.max_kl
+    if kl_high:
+        warnings.warn(f"update {update}: the KL to the reference is {kl:.3g}, above max_kl={cfg.max_kl}: the policy "
+                      f"is running away from the reference. Lower the learning rate (now {cfg.lr}) or the steps per "
+                      "update (epochs, or larger minibatches)")
+    streaks["nonfinite"] = streaks["nonfinite"] + 1 if nonfinite >= 1.0 else 0
+    streaks["kl"] = streaks["kl"] + 1 if kl_high else 0
+    if streaks["nonfinite"] >= cfg.max_bad_updates:
+        return (f"{streaks['nonfinite']} updates in a row had a NaN or infinite loss (last: update {update}). "
+                f"Lower the learning rate (now {cfg.lr})")
+    if streaks["kl"] >= cfg.max_bad_updates:
+        return (f"{streaks['kl']} updates in a row had a KL to the reference above max_kl={cfg.max_kl} (last: {kl:.3g} "
+                f"at update {update}). Lower the learning rate (now {cfg.lr}) or the steps per update")
+    return None
+
+
 # ---------------------------------------------------------------------------- the loop
 
 def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False, progress: bool = True,
@@ -292,28 +343,32 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
     out_dir = Path(cfg.out_dir)
     if out_dir.exists() and not resume and latest_checkpoint(out_dir) is not None:
         raise FileExistsError(f"{out_dir} already holds a run; pass resume=True to continue it or pick another name")
+    ckpt = resume_point(out_dir) if resume else None
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
     torch.manual_seed(cfg.seed)
     policy = policy or load_training_policy(cfg)
+    policy.share_prompts = cfg.share_prompts
+    if cfg.gradient_checkpointing:  # non-reentrant: works with a frozen base under a LoRA adapter
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     value_head = None
     params = policy.trainable_parameters()
     if cfg.algo == "ppo":
         value_head = ppo.ValueHead(policy.model.config.hidden_size).to(policy.device)
         params = params + list(value_head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    start = 0
-    if resume and (ckpt := latest_checkpoint(out_dir)) is not None:
-        start = load_checkpoint(ckpt, policy, optimizer, value_head)
-    for name in ("metrics.jsonl", "eval.jsonl"):
-        if start == 0:
+    start = load_checkpoint(ckpt, policy, optimizer, value_head) if ckpt is not None else 0
+    if start == 0:
+        for name in ("metrics.jsonl", "eval.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
-        _truncate_jsonl(out_dir / name, start)
+    _truncate_jsonl(out_dir / "metrics.jsonl", start)  # metrics of updates 0 .. start-1
+    _truncate_jsonl(out_dir / "eval.jsonl", start + 1)  # evaluations after 0 .. start updates
     history = [json.loads(ln) for ln in (out_dir / "metrics.jsonl").read_text().splitlines()] \
         if (out_dir / "metrics.jsonl").exists() else []
     evals = [json.loads(ln) for ln in (out_dir / "eval.jsonl").read_text().splitlines()] \
         if (out_dir / "eval.jsonl").exists() else []
     held_out = eval_tasks(cfg)
+    micro_batch_tokens = memory.preflight(policy, cfg, held_out)  # prints the estimate; stops a run that cannot fit
 
     def run_eval(update: int) -> None:
         res = greedy_eval(policy, cfg, held_out)
@@ -324,7 +379,8 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
 
     if start == 0:
         run_eval(0)
-    bad_in_a_row = 0
+    streaks = {"nonfinite": 0, "kl": 0}
+    saved_at = time.monotonic()
     bar = tqdm(range(start, cfg.updates), desc=f"{cfg.algo} {cfg.env_id.split('/')[-1]}", disable=not progress,
                initial=start, total=cfg.updates)
     for update in bar:
@@ -334,12 +390,18 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
         trajs, retries = collect(policy, cfg, update, gen, rng)
         batch = trajs + retries
         t1 = time.perf_counter()
+        if cfg.gradient_checkpointing:
+            policy.model.train()  # transformers checkpoints layers in training mode only
         if cfg.algo == "grpo":
             rewards, shaping_info = episode_rewards(batch, cfg)
-            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=gen)
+            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=gen,
+                                micro_batch_tokens=micro_batch_tokens)
         else:
             shaping_info = {}
-            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=gen)
+            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=gen,
+                               micro_batch_tokens=micro_batch_tokens)
+        if cfg.gradient_checkpointing:
+            policy.model.eval()  # and sampling in eval mode, with its KV cache
         t2 = time.perf_counter()
         action_tokens = sum(len(t.turn_index) - t.turn_index.count(-1) for t in batch)
         record = {"update": update, **batch_metrics(trajs, cfg), **stats, **shaping_info,
@@ -347,27 +409,18 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
                   "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
                   "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
                   "seconds_update": t2 - t1}
-        if 0.0 < stats.get("nonfinite", 0.0) < 1.0:
-            warnings.warn(f"update {update}: {stats['nonfinite']:.0%} of its gradient steps had a NaN or infinite "
-                          "loss and were skipped")
-        if stats.get("nonfinite", 0.0) >= 1.0:
-            bad_in_a_row += 1
-            warnings.warn(f"update {update}: the loss was NaN or infinite; the update was skipped")
-            if bad_in_a_row >= cfg.max_bad_updates:
-                _append_jsonl(out_dir / "metrics.jsonl", record)
-                raise TrainingDiverged(
-                    f"{bad_in_a_row} updates in a row had a NaN or infinite loss (last: update {update}). "
-                    f"Lower the learning rate (now {cfg.lr}) or resume from {latest_checkpoint(out_dir)}."
-                )
-        else:
-            bad_in_a_row = 0
+        if (why := check_update(update, stats, cfg, streaks)) is not None:
+            _append_jsonl(out_dir / "metrics.jsonl", record)
+            raise TrainingDiverged(f"{why} or resume from {latest_checkpoint(out_dir)}.")
         history.append(record)
         _append_jsonl(out_dir / "metrics.jsonl", record)
         done = update + 1
         if done % cfg.eval_every == 0 or done == cfg.updates:
             run_eval(done)
-        if done % cfg.checkpoint_every == 0 or done == cfg.updates:
+        overdue = cfg.checkpoint_seconds is not None and time.monotonic() - saved_at >= cfg.checkpoint_seconds
+        if done % cfg.checkpoint_every == 0 or done == cfg.updates or overdue:
             save_checkpoint(out_dir, done, policy, optimizer, value_head, cfg)
+            saved_at = time.monotonic()
         bar.set_postfix(success=f"{record['success_rate']:.2f}", turns=f"{record['mean_turns']:.1f}")
         for cb in callbacks:
             cb(update, record, trajs)
@@ -376,4 +429,3 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
             cb.close()
     policy.save(out_dir / "final")
     return TrainResult(policy=policy, history=history, evals=evals, out_dir=out_dir)
-

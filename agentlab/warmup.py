@@ -25,7 +25,7 @@ import torch
 
 from agentlab.envs import ENV_IDS, full_id, make
 from agentlab.policy import LoraSettings, Policy, load_policy, model_source
-from agentlab.profiles import TINY, Profile, atomic_save, cache_dir, profile
+from agentlab.profiles import TINY, Profile, atomic_save, build_lock, cache_dir, profile
 from agentlab.rollout import Trajectory
 from agentlab.sft import demonstration, sft
 from agentlab.tiny import build_tiny
@@ -39,6 +39,7 @@ class WarmUp:
     episodes: int = 300  # distinct demonstrations
     steps: int = 300  # SFT steps (of the profile's batch) when the env is warmed alone
     imperfect_share: float = 0.6  # share of episodes acted by the biased demonstrator
+    env_kwargs: tuple = ()  # (name, value) pairs for the env that plays the demonstrations, e.g. (("analysis_share", 1.0),)
 
 
 # Where the biased demonstrator rarely wins (SQL's careless query, Code's careless submission,
@@ -62,8 +63,10 @@ WARM_UPS: dict[str, WarmUp] = {
 
 
 # A pretrained instruct model already reads and writes; it only has to pick up the action grammar
-# and the envs' habits, so a few hundred demonstrations and a short LoRA SFT do for every env.
-PRETRAINED_WARM_UP = WarmUp(levels=(0,), episodes=256, steps=32)
+# and the envs' habits, so a few hundred demonstrations and a short LoRA SFT do for every env. Both
+# levels its runs train and evaluate on are shown: a level the warm-up never showed (Dialog's
+# second missing slot) is met with malformed actions RL must first unlearn.
+PRETRAINED_WARM_UP = WarmUp(levels=(0, 1), episodes=256, steps=32)
 
 
 def warm_up_plan(env_id: str, model: str = TINY) -> WarmUp:
@@ -73,33 +76,42 @@ def warm_up_plan(env_id: str, model: str = TINY) -> WarmUp:
     return WARM_UPS.get(full_id(env_id), WarmUp())
 
 
+def _recipe(plan: WarmUp) -> dict:
+    """A plan as it enters the cache key; ``env_kwargs`` only when set, so older plans keep their key."""
+    d = dataclasses.asdict(plan)
+    if not d["env_kwargs"]:
+        del d["env_kwargs"]
+    return d
+
+
 def demonstrations(policy, env_ids, seed: int = 0, episodes: int | None = None,
                    imperfect_share: float | None = None, levels: tuple[int, ...] | None = None,
-                   model: str = TINY) -> list[Trajectory]:
-    """Each env's demonstrations as its plan says: ``episodes`` of them, cycling through ``levels``,
-    ``imperfect_share`` of them by the biased demonstrator. An argument given here replaces the
-    plan's value for every env."""
+                   model: str = TINY, plan: WarmUp | None = None) -> list[Trajectory]:
+    """Each env's demonstrations as its plan says (``plan``, if given, is every env's plan): ``episodes``
+    of them, cycling through ``levels``, ``imperfect_share`` of them by the biased demonstrator. An
+    argument given here replaces the plan's value for every env."""
     rng = np.random.default_rng(seed)
     out = []
     for env_id in env_ids:
-        env = make(env_id)
-        plan = warm_up_plan(env_id, model)
-        share = plan.imperfect_share if imperfect_share is None else imperfect_share
-        env_levels = levels or plan.levels
-        for ep in range(episodes or plan.episodes):
+        env_plan = plan or warm_up_plan(env_id, model)
+        env = make(env_id, **dict(env_plan.env_kwargs))
+        share = env_plan.imperfect_share if imperfect_share is None else imperfect_share
+        env_levels = levels or env_plan.levels
+        for ep in range(episodes or env_plan.episodes):
             out.append(demonstration(policy, env, rng, share, env_levels[ep % len(env_levels)]))
         env.close()
     return out
 
 
 def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None = None, force: bool = False,
-                     progress: bool = True, imperfect_share: float | None = None) -> Path:
+                     progress: bool = True, imperfect_share: float | None = None, plan: WarmUp | None = None) -> Path:
     """The SFT-warmed policy of ``prof`` (the tiny one, or the profile's pretrained model), built
     and cached on first use.
 
     ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings the
     demonstrations and SFT steps of its plan, so a policy warmed on several envs trains for the
-    sum of their steps. ``imperfect_share``, if given, replaces every env's biased share. Cached
+    sum of their steps. ``plan``, if given, replaces every env's plan (a warm-up made for one
+    experiment, e.g. `agentlab.phenomena`); ``imperfect_share``, if given, every env's biased share. Cached
     under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
     plans (with the share given here) and the profile's SFT settings, so changing any of them
     warms a new one. Build times per env are in bench/RESULTS.md (warm-up section).
@@ -110,46 +122,49 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     base = build_tiny(prof, verbose=progress) if prof.model == TINY else Path(model_source(prof.model))
     if imperfect_share is not None and not 0.0 <= imperfect_share <= 1.0:
         raise ValueError(f"imperfect_share is the share of biased demonstrations, between 0 and 1; got {imperfect_share}")
-    plans = {e: warm_up_plan(e, prof.model) for e in env_ids}
+    plans = {e: plan or warm_up_plan(e, prof.model) for e in env_ids}
     if imperfect_share is not None:
         plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}
     steps = sum(plan.steps for plan in plans.values())
     recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
               "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
-              "warm_up": {e: dataclasses.asdict(plan) for e, plan in plans.items()}, "version": 3}
+              "warm_up": {e: _recipe(plan) for e, plan in plans.items()}, "version": 3}
     if prof.sft_lora_r:
         recipe["lora_r"] = prof.sft_lora_r
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"warm-{key}"
     if out.exists() and (out / "sft.json").exists() and not force:
         return out
-    if progress:
-        print(f"warming up {prof.model} on {', '.join(e.split('/')[-1] for e in env_ids)} "
-              f"({steps} SFT steps, cached in {out}) ...")
-    torch.manual_seed(prof.seed)
-    lora = LoraSettings(r=prof.sft_lora_r, alpha=2 * prof.sft_lora_r) if prof.sft_lora_r else None
-    policy = load_policy(str(base), device="cpu", lora=lora)
-    t0 = time.time()
-    demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share, model=prof.model)
-    t_demo = time.time() - t0
-    losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
-    if lora:  # merged into the full-precision base, so that RL's reference is the warmed policy
-        policy.model = policy.model.merge_and_unload()
-    report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
-              "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
-    atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))
-    return out
+    with build_lock(out):  # a process started beside this one may be building it
+        if (out / "sft.json").exists() and not force:
+            return out
+        if progress:
+            print(f"warming up {prof.model} on {', '.join(e.split('/')[-1] for e in env_ids)} "
+                  f"({steps} SFT steps, cached in {out}) ...")
+        torch.manual_seed(prof.seed)
+        lora = LoraSettings(r=prof.sft_lora_r, alpha=2 * prof.sft_lora_r) if prof.sft_lora_r else None
+        policy = load_policy(str(base), device="cpu", lora=lora)
+        t0 = time.time()
+        demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share, model=prof.model, plan=plan)
+        t_demo = time.time() - t0
+        losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+        if lora:  # merged into the full-precision base, so that RL's reference is the warmed policy
+            policy.model = policy.model.merge_and_unload()
+        report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),
+                  "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}
+        atomic_save(out, lambda tmp: (policy.save(tmp), (tmp / "sft.json").write_text(json.dumps(report, indent=1))))
+        return out
 
 
 def profile_policy_source(prof: Profile | None = None, envs: list[str] | str | None = None,
-                          imperfect_share: float | None = None, progress: bool = True) -> str:
+                          imperfect_share: float | None = None, progress: bool = True, plan: WarmUp | None = None) -> str:
     """What the profile trains and evaluates: the SFT-warmed policy (the tiny one, or SmolLM2 on
-    ``real-cpu``; warmed on ``envs``, built and cached on first use; ``imperfect_share`` replaces
-    the envs' biased share of the warm-up), or on ``gpu`` the instruct model as it comes."""
+    ``real-cpu``; warmed on ``envs``, built and cached on first use; ``plan`` and ``imperfect_share``
+    replace the envs' warm-up plan and its biased share), or on ``gpu`` the instruct model as it comes."""
     prof = prof or profile()
     if not prof.warm_up:
         return prof.model
-    return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share, progress=progress))
+    return str(warm_policy_path(prof, envs=envs, imperfect_share=imperfect_share, progress=progress, plan=plan))
 
 
 def profile_policy(prof: Profile | None = None, envs: list[str] | str | None = None,

@@ -181,3 +181,35 @@ def test_4bit_weights_read_back_exactly_in_rows_that_are_not_whole_blocks(tiny_p
     codes = torch.bucketize(blocks / absmax, (levels[1:] + levels[:-1]) / 2)
     expected = (levels[codes] * absmax).reshape(W.shape)
     assert torch.equal(bnbf.dequantize_4bit(packed, state), expected)
+
+
+@pytest.mark.parametrize("quantization", [None, "4bit"])
+def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantization):
+    """With ``share_prompts`` the rows that start with one prompt run it once (its keys and values
+    copied to each row): logprobs, entropies, hidden states and gradients must be those of running
+    every row in full."""
+    from agentlab.rollout import SamplingSettings, make_envs, pad_batch, rollout
+
+    torch.manual_seed(0)
+    policy = load_policy(str(warm_path), quantization=quantization, lora=LoraSettings(r=4))
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    seeds = [0, 0, 0, 1, 1, 2]  # two groups of 3 and 2 that share their prompt, and one row alone
+    trajs = rollout(make_envs("agentlab/GuessNumber-v0", 6), policy, SamplingSettings(max_new_tokens=8), seeds=seeds,
+                    generator=torch.Generator().manual_seed(0))
+    assert len({len(t.token_ids) for t in trajs}) > 1, "rows of different lengths"
+    b = pad_batch(trajs, policy.pad_id)
+    only, real = b["loss_mask"].bool(), b["attn"].bool()
+    outs, grads = [], []
+    for share in (False, True):
+        policy.share_prompts = share
+        policy.model.zero_grad()
+        out = policy.score(b["ids"], b["attn"], temperature=0.7, entropy=True, hidden=True, only=only)
+        ((out["logp"] * only).sum() + out["hidden"][real].square().mean()).backward()
+        outs.append(out)
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+    for key in ("logp", "entropy"):
+        assert torch.allclose(outs[0][key], outs[1][key], atol=1e-5), key
+    assert torch.allclose(outs[0]["hidden"][real], outs[1]["hidden"][real], atol=1e-5)
+    assert (grads[0] - grads[1]).norm() < 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()

@@ -147,3 +147,24 @@ def test_play_records_a_scripted_episode_as_the_env_saw_it():
     wrong = [f"guess({n})" for n in range(1, 17) if f"guess({n})" not in expert.actions][:5]
     cut = play(env, wrong, task)
     assert cut.truncated and not cut.terminated and not cut.success and cut.num_turns == task.max_steps
+
+
+def test_a_groups_prompt_read_once_gives_the_same_episodes(policy):
+    """With ``share_prompts`` each distinct prompt is read once and its cache copied to the rows
+    that start with it: greedy episodes are the same tokens, and sampled logprobs still equal a fresh pass."""
+    settings = SamplingSettings(greedy=True, max_new_tokens=10)
+    seeds = [0, 0, 0, 3, 3, 5]
+    plain = rollout(make_envs("agentlab/Math-v0", 6), policy, settings, seeds=seeds)
+    policy.share_prompts = True
+    try:
+        shared = rollout(make_envs("agentlab/Math-v0", 6), policy, settings, seeds=seeds)
+        sampled = rollout(make_envs("agentlab/Math-v0", 6), policy, SamplingSettings(max_new_tokens=10), seeds=seeds,
+                          generator=torch.Generator().manual_seed(0))
+    finally:
+        policy.share_prompts = False
+    assert [t.token_ids for t in shared] == [t.token_ids for t in plain]
+    batch = pad_batch(sampled, policy.pad_id)
+    with torch.no_grad():
+        fresh = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1), every row in full
+    mask = batch["loss_mask"].bool()
+    assert torch.allclose(fresh[mask], batch["old_logp"][mask], atol=1e-4)

@@ -96,12 +96,22 @@ def test_batched_greedy_equals_one_env_at_a_time(policy, env_id):
 
 
 def test_in_4bit_only_the_adapter_moves():
+    """A GRPO step in 4-bit moves only LoRA tensors; it runs as the real-model profiles run it, each
+    group's prompt read once (``share_prompts``), whose sampled logprobs equal a plain pass."""
     from agentlab.algos import grpo
 
     policy = load_policy("smollm2-135m", quantization="4bit", lora=LoraSettings(r=4, alpha=8))
+    policy.share_prompts = True
     envs = make_envs("agentlab/GuessNumber-v0", 4, max_steps=2)
     trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=6), seeds=[0, 0, 1, 1],
                     generator=torch.Generator().manual_seed(0))
+    batch = pad_batch(trajs, policy.pad_id)
+    policy.share_prompts = False
+    with torch.no_grad():
+        fresh = policy.token_logprobs(batch["ids"], batch["attn"])  # (B, L-1) every row in full
+    mask = batch["loss_mask"].bool()
+    assert torch.allclose(fresh[mask], batch["old_logp"][mask], atol=1e-4)
+    policy.share_prompts = True
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-3)
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])

@@ -1,5 +1,5 @@
-"""Tests of agentlab.train and the algorithms: policies really improve; kill/resume continues
-exactly; NaN losses are handled."""
+"""Tests of agentlab.train and the algorithms: policies really improve; a run killed with kill -9
+resumes exactly; NaN losses and a runaway KL are handled."""
 
 import dataclasses
 import json
@@ -23,22 +23,6 @@ def small(tmp_path, name, **kw):
 
 def trainable_state(policy):
     return {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
-
-
-@pytest.fixture(scope="module")
-def batch(warm_path):
-    """64 sampled GuessNumber episodes: 8 tasks x a group of 8, from the warm policy."""
-    import numpy as np
-
-    import agentlab
-    from agentlab.rollout import SamplingSettings, make_envs, rollout
-
-    policy = load_policy(str(warm_path))
-    env = agentlab.make("agentlab/GuessNumber-v0")
-    rng = np.random.default_rng(0)
-    tasks = [t for t in [env.generate_task(rng, 0) for _ in range(8)] for _ in range(8)]
-    return rollout(make_envs("agentlab/GuessNumber-v0", 64), policy, SamplingSettings(), tasks=tasks,
-                   generator=torch.Generator().manual_seed(0))
 
 
 def sequence_logp(policy, trajs):
@@ -116,25 +100,58 @@ def test_ppo_training_raises_held_out_greedy_success(tmp_path, warm_path):
     assert result.history[0]["explained_variance"] == pytest.approx(0.0, abs=1e-6)  # the value head starts at 0
 
 
-def test_killed_run_resumes_as_if_never_stopped(tmp_path, warm_path):
-    full = train(small(tmp_path, "full", policy=str(warm_path)), progress=False)
+# A training run in a process of its own, so that the test can kill it with SIGKILL (kill -9).
+KILLABLE_RUN = """
+import json, sys
+from agentlab.train import TrainConfig, train
+train(TrainConfig(**json.loads(sys.argv[1])), progress=False)
+"""
 
-    class Kill(Exception):
-        pass
 
-    def kill_at_3(update, metrics, trajs):
-        if update == 2:  # update index 2 is the third update: the checkpoint after two survives
-            raise Kill
+def kill_after_first_checkpoint(cfg: TrainConfig, timeout_s: float = 300) -> None:
+    """Start ``cfg`` in a child process and SIGKILL it as soon as its first checkpoint exists."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
 
-    cfg = small(tmp_path, "killed", policy=str(warm_path))
-    with pytest.raises(Kill):
-        train(cfg, callbacks=[kill_at_3], progress=False)
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("grpo", "ppo", "shaping")}  # defaults
+    log = Path(cfg.out_dir).with_suffix(".log")
+    with open(log, "w") as out:
+        child = subprocess.Popen([sys.executable, "-c", KILLABLE_RUN, json.dumps(fields)], stdout=out, stderr=out)
+        first = Path(cfg.out_dir) / "checkpoints" / "update-00001"
+        deadline = time.monotonic() + timeout_s
+        while not first.exists():
+            assert child.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+
+def test_killed_run_resumes_as_if_never_stopped(tmp_path, warm_path, capsys):
+    """kill -9 after the first update (checkpoint_seconds=0: every update checkpoints), then resume: the
+    run continues from its last checkpoint, says so, and ends exactly as a run that was never stopped."""
+    full = train(small(tmp_path, "full", policy=str(warm_path), eval_every=2), progress=False)
+    cfg = small(tmp_path, "killed", policy=str(warm_path), eval_every=2, checkpoint_seconds=0)
+    kill_after_first_checkpoint(cfg)
+    assert not (tmp_path / "killed" / "final").exists(), "killed before it finished"
+    last = sorted((tmp_path / "killed" / "checkpoints").glob("update-*"))[-1]
+    capsys.readouterr()
     resumed = train(cfg, resume=True, progress=False)
+    done = int(last.name.split("-")[1])
+    assert f"resuming {tmp_path / 'killed'} from update {done} ({last.name})" in capsys.readouterr().out
     volatile = ("tokens_per_s", "seconds_rollout", "seconds_update")
     strip = lambda h: [{k: v for k, v in r.items() if k not in volatile} for r in h]  # noqa: E731
     assert strip(resumed.history) == strip(full.history)
+    assert resumed.evals == full.evals  # an evaluation written just before the kill is kept, not repeated
     a, b = trainable_state(full.policy), trainable_state(resumed.policy)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_with_nothing_to_resume_says_so(tmp_path, warm_path, capsys):
+    train(small(tmp_path, "fresh", policy=str(warm_path), updates=1), resume=True, progress=False)
+    assert f"{tmp_path / 'fresh'} has no checkpoint: starting from update 0" in capsys.readouterr().out
 
 
 def test_resume_refuses_to_overwrite_without_flag(tmp_path, warm_path):
@@ -173,6 +190,16 @@ def test_nan_losses_in_a_row_stop_with_a_clear_message(tmp_path, warm_path, monk
     monkeypatch.setattr(grpo, "clipped_surrogate", always_nan)
     with pytest.warns(UserWarning), pytest.raises(TrainingDiverged, match="Lower the learning rate"):
         train(small(tmp_path, "nan3", policy=str(warm_path), updates=5, max_bad_updates=3), progress=False)
+
+
+def test_kl_above_max_kl_warns_then_stops(tmp_path, warm_path):
+    """Every update moves the policy from the reference (kl > 0), so max_kl=0 flags each one."""
+    cfg = small(tmp_path, "kl", policy=str(warm_path), updates=5, max_kl=0.0, max_bad_updates=2)
+    with pytest.warns(UserWarning, match="above max_kl=0.0.*Lower the learning rate"), \
+            pytest.raises(TrainingDiverged, match="2 updates in a row had a KL to the reference above max_kl"):
+        train(cfg, progress=False)
+    lines = (tmp_path / "kl" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(ln)["kl"] > 0 for ln in lines)
 
 
 def test_4bit_lora_training_runs_on_cpu(tmp_path, warm_path):

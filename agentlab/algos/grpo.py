@@ -17,6 +17,9 @@ keeps the extra steps close to the sampling policy.
 
 A group whose episodes all got the same reward has A = 0 everywhere and gives no gradient;
 such groups are dropped from the backward pass and their share is logged (``zero_var_frac``).
+
+With ``micro_batch_tokens`` a minibatch too large for memory runs in micro-batches whose
+gradients add up to the same step (`agentlab.algos.losses.micro_batches`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from agentlab.advantages import group_advantages, zero_variance_mask
-from agentlab.algos.losses import backward_step, clipped_surrogate, kl_to_reference, minibatches
+from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, kl_to_reference, micro_batches, minibatches,
+                                   reference_logp, share)
 from agentlab.metrics import masked_mean
 from agentlab.rollout import Trajectory, pad_batch
 
@@ -46,8 +50,11 @@ class GRPOSettings:
 
 
 def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, group_size: int,
-           s: GRPOSettings, generator: torch.Generator | None = None) -> dict:
-    """One GRPO update on ``trajs`` (contiguous groups of ``group_size``) with episode ``rewards`` (N,)."""
+           s: GRPOSettings, generator: torch.Generator | None = None, micro_batch_tokens: int | None = None) -> dict:
+    """One GRPO update on ``trajs`` (contiguous groups of ``group_size``) with episode ``rewards`` (N,).
+
+    ``micro_batch_tokens``: the most tokens (rows × padded length) one forward pass may hold;
+    None runs every minibatch in one pass."""
     adv = group_advantages(rewards, group_size, scale=s.adv_scale)  # (N,)
     flat = zero_variance_mask(rewards, group_size)  # (N,) True where the group's rewards are all equal
     keep = [i for i in range(len(trajs)) if not (s.drop_zero_variance and flat[i])]
@@ -57,21 +64,23 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
     device, temperature = policy.device, trajs[0].temperature
     batch = {k: v.to(device) for k, v in pad_batch([trajs[i] for i in keep], policy.pad_id).items()}
     mask = batch["loss_mask"]  # (B, L-1) 1 on action tokens
-    tok_adv = adv[keep].to(device)[:, None] * mask  # (B, L-1) the episode's advantage on each action token
-    with torch.no_grad(), policy.reference():
-        ref_logp = policy.score(batch["ids"], batch["attn"], temperature, only=mask)["logp"]  # (B, L-1)
+    batch["ref_logp"] = reference_logp(policy, batch, temperature, micro_batch_tokens)  # (B, L-1)
+    batch["adv"] = adv[keep].to(device)[:, None] * mask  # (B, L-1) the episode's advantage on each action token
     params = policy.trainable_parameters()
     logs: dict[str, list[float]] = {}
     for _ in range(s.epochs):
         for mb in minibatches(len(keep), s.minibatch_size, generator):
-            m = mask[mb]
-            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True, only=m)
-            pg_loss, stats = clipped_surrogate(out["logp"], batch["old_logp"][mb], tok_adv[mb], m, s.clip_coef)
-            kl = kl_to_reference(out["logp"], ref_logp[mb], m)
-            entropy = masked_mean(out["entropy"], m)
-            loss = pg_loss + s.beta * kl - s.ent_coef * entropy
-            stepped, norm = backward_step(loss, params, optimizer, s.max_grad_norm)
-            for k, v in {**stats, "loss": loss.item(), "pg_loss": pg_loss.item(), "kl": kl.item(),
-                         "entropy": entropy.item(), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
+            step = AccumulatedStep(params, optimizer, s.max_grad_norm)
+            for _, part in micro_batches(batch, mb, micro_batch_tokens):
+                m = part["loss_mask"]
+                w = share(m, mask[mb])  # this micro-batch's share of the minibatch's action tokens
+                out = policy.score(part["ids"], part["attn"], temperature, entropy=True, only=m)
+                pg_loss, stats = clipped_surrogate(out["logp"], part["old_logp"], part["adv"], m, s.clip_coef)
+                kl = kl_to_reference(out["logp"], part["ref_logp"], m)
+                entropy = masked_mean(out["entropy"], m)
+                loss = w * (pg_loss + s.beta * kl - s.ent_coef * entropy)
+                step.add(loss, {**{k: w * v for k, v in stats.items()}, "loss": loss.item(),
+                                "pg_loss": w * pg_loss.item(), "kl": w * kl.item(), "entropy": w * entropy.item()})
+            for k, v in step.step().items():
                 logs.setdefault(k, []).append(v)
     return {**metrics, **{k: sum(v) / len(v) for k, v in logs.items()}}

@@ -29,7 +29,8 @@ import torch
 from torch import nn
 
 from agentlab.advantages import gae, spread_to_tokens
-from agentlab.algos.losses import backward_step, clipped_surrogate, kl_to_reference, minibatches
+from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, kl_to_reference, micro_batches, minibatches,
+                                   reference_logp, share)
 from agentlab.metrics import explained_variance, masked_mean
 from agentlab.rollout import Trajectory, pad_batch
 
@@ -79,43 +80,62 @@ def turn_batch(trajs: list[Trajectory]) -> dict[str, torch.Tensor]:
     return {"rewards": rewards, "mask": mask, "value_pos": value_pos, "last_pos": last_pos, "truncated": truncated}
 
 
+@torch.no_grad()
+def old_values(policy, value_head: ValueHead, batch: dict, turns: dict, temperature: float,
+               max_tokens: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """V_old(s_t) at every turn (B, T) and after the last turn of truncated episodes (B,), by micro-batches."""
+    values = torch.zeros(turns["mask"].shape, device=turns["mask"].device)  # (B, T)
+    last_values = torch.zeros(turns["mask"].shape[0], device=turns["mask"].device)  # (B,)
+    for rows, part in micro_batches(batch, torch.arange(len(values)), max_tokens):
+        out = policy.score(part["ids"], part["attn"], temperature, hidden=True, only=part["loss_mask"])
+        v_tok = value_head(out["hidden"])  # (b, l)
+        values[rows] = v_tok.gather(1, turns["value_pos"][rows]) * turns["mask"][rows]
+        last_values[rows] = v_tok.gather(1, turns["last_pos"][rows, None]).squeeze(1) * turns["truncated"][rows]
+    return values, last_values
+
+
 def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_head: ValueHead,
-           generator: torch.Generator | None = None) -> dict:
-    """One PPO update: values and GAE with the current weights, then epochs of minibatches."""
+           generator: torch.Generator | None = None, micro_batch_tokens: int | None = None) -> dict:
+    """One PPO update: values and GAE with the current weights, then epochs of minibatches.
+
+    ``micro_batch_tokens``: the most tokens (rows × padded length) one forward pass may hold;
+    None runs every minibatch in one pass."""
     device, temperature = policy.device, trajs[0].temperature
     batch = {k: v.to(device) for k, v in pad_batch(trajs, policy.pad_id).items()}
     turns = {k: v.to(device) for k, v in turn_batch(trajs).items()}
     mask = batch["loss_mask"]  # (B, L-1)
+    values, last_values = old_values(policy, value_head, batch, turns, temperature, micro_batch_tokens)  # (B, T), (B,)
     with torch.no_grad():
-        out = policy.score(batch["ids"], batch["attn"], temperature, hidden=True, only=mask)
-        v_tok = value_head(out["hidden"])  # (B, L)
-        values = v_tok.gather(1, turns["value_pos"]) * turns["mask"]  # (B, T) V_old(s_t)
-        last_values = v_tok.gather(1, turns["last_pos"][:, None]).squeeze(1) * turns["truncated"]  # (B,)
         adv, ret = gae(turns["rewards"], values, turns["mask"], s.gamma, s.gae_lambda, last_values)  # (B, T)
         if s.norm_adv:
             real = adv[turns["mask"]]
             adv = torch.where(turns["mask"], (adv - real.mean()) / (real.std() + 1e-8), adv)
-        tok_adv = spread_to_tokens(adv, batch["turn_index"])  # (B, L-1) each turn's A on its tokens
-        ref_logp = None
-        if s.beta > 0:
-            with policy.reference():
-                ref_logp = policy.score(batch["ids"], batch["attn"], temperature, only=mask)["logp"]
+        batch["adv"] = spread_to_tokens(adv, batch["turn_index"])  # (B, L-1) each turn's A on its tokens
+    if s.beta > 0:
+        batch["ref_logp"] = reference_logp(policy, batch, temperature, micro_batch_tokens)  # (B, L-1)
     params = policy.trainable_parameters() + list(value_head.parameters())
     logs: dict[str, list[float]] = {}
     for _ in range(s.epochs):
         for mb in minibatches(len(trajs), s.minibatch_size, generator):
-            m = mask[mb]
-            out = policy.score(batch["ids"][mb], batch["attn"][mb], temperature, entropy=True, hidden=True, only=m)
-            pg_loss, stats = clipped_surrogate(out["logp"], batch["old_logp"][mb], tok_adv[mb], m, s.clip_coef)
-            new_values = value_head(out["hidden"]).gather(1, turns["value_pos"][mb])  # (b, T)
-            v_loss = 0.5 * masked_mean((new_values - ret[mb]) ** 2, turns["mask"][mb].float())
-            entropy = masked_mean(out["entropy"], m)
-            loss = pg_loss + s.vf_coef * v_loss - s.ent_coef * entropy
-            if ref_logp is not None:
-                loss = loss + s.beta * kl_to_reference(out["logp"], ref_logp[mb], m)
-            stepped, norm = backward_step(loss, params, optimizer, s.max_grad_norm)
-            for k, v in {**stats, "loss": loss.item(), "pg_loss": pg_loss.item(), "v_loss": v_loss.item(),
-                         "entropy": entropy.item(), "grad_norm": norm, "nonfinite": float(not stepped)}.items():
+            step = AccumulatedStep(params, optimizer, s.max_grad_norm)
+            for rows, part in micro_batches(batch, mb, micro_batch_tokens):
+                m, tm = part["loss_mask"], turns["mask"][rows].float()
+                w, wv = share(m, mask[mb]), share(tm, turns["mask"][mb])  # of the minibatch's action tokens, turns
+                out = policy.score(part["ids"], part["attn"], temperature, entropy=True, hidden=True, only=m)
+                pg_loss, stats = clipped_surrogate(out["logp"], part["old_logp"], part["adv"], m, s.clip_coef)
+                new_values = value_head(out["hidden"]).gather(1, turns["value_pos"][rows])  # (b, T)
+                v_loss = 0.5 * masked_mean((new_values - ret[rows]) ** 2, tm)
+                entropy = masked_mean(out["entropy"], m)
+                loss = w * pg_loss + s.vf_coef * (wv * v_loss) - s.ent_coef * (w * entropy)
+                extra = {}
+                if s.beta > 0:
+                    kl = kl_to_reference(out["logp"], part["ref_logp"], m)
+                    loss = loss + s.beta * (w * kl)
+                    extra = {"kl": w * kl.item()}
+                step.add(loss, {**{k: w * v for k, v in stats.items()}, "loss": loss.item(),
+                                "pg_loss": w * pg_loss.item(), "v_loss": wv * v_loss.item(),
+                                "entropy": w * entropy.item(), **extra})
+            for k, v in step.step().items():
                 logs.setdefault(k, []).append(v)
     ev = explained_variance(values[turns["mask"]], ret[turns["mask"]])
     return {"explained_variance": float(ev), "value_mean": float(values[turns["mask"]].mean()),

@@ -1,0 +1,295 @@
+"""Memory: what a training run needs, estimated before its first rollout, and the micro-batch budget that fits.
+
+    shape = ModelShape.from_config(LlamaConfig(...), dtype=torch.float32)
+    est = estimate(shape, trainable=lora_parameters(shape, r=8), micro_batch_tokens=2048,
+                   rollout_rows=128, context=330, action_share=0.3)
+    print(est.describe(available_bytes("cpu")))
+
+`train` calls `preflight` before its first rollout: it prints the estimate, picks the largest
+micro-batch budget that fits when ``TrainConfig.micro_batch_tokens`` is None, and stops a run
+that cannot fit with an error that names what to lower. The alternative is the kernel's OOM
+killer, which ends the process without a message or a checkpoint. The parts, in bytes:
+
+    weights      the base model: parameters × bytes each (compute dtype; NF4 and 8-bit linear weights less)
+    adapter      the trainable parameters (LoRA, value head) and their gradients, float32: 2 × 4 × n
+    optimiser    AdamW's two moments per trainable parameter, float32: 2 × 4 × n
+    activations  what one micro-batch's forward pass keeps for its backward pass (`activation_bytes`)
+    KV cache     the rollout's keys and values, rows × context × layers × 2 × kv_heads × head_dim × bytes,
+                 plus the next-token logits of every row, rows × vocab × bytes,
+                 times ROLLOUT_OVERHEAD
+
+The parts are added although the rollout's cache is freed before the update: the sum is what
+the process holds if the allocator keeps freed pages, and an estimate that errs high stops a
+run early instead of letting it be killed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# Measured peak RSS over the counted tensors, on CPU in float32 with LoRA on every projection (the
+# backward's temporary gradients and the allocator's slack come on top of what autograd keeps). A
+# fresh process needs less; a training process, whose micro-batches of different widths leave
+# freed memory glibc's allocator keeps but cannot reuse, needs this much. tests/test_memory.py
+# checks that the estimate still covers the live memory of an update.
+ACTIVATION_OVERHEAD = 1.5
+# The rollout's cache grows by one concatenation per sampled token and shrinks as episodes end,
+# and the freed copies stay in the process: the measured peak over the cache and logits.
+ROLLOUT_OVERHEAD = 2.0
+SAFE_SHARE = 0.8  # plan at most this share of the available memory: the estimate's error, the rest of the process
+NF4_BYTES = (4 + 8 / 64 + 32 / (64 * 256)) / 8  # 4-bit codes, absmax per 64 weights, double-quantised (bench/memory.py)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class MemoryBudgetError(RuntimeError):
+    """Raised before the first rollout when a run's estimated memory exceeds what the machine has."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only transformer that set its memory (Llama-style configs)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool = True  # the output layer shares the embedding matrix
+    dtype_bytes: int = 4  # compute dtype: 4 on CPU (float32), 2 on CUDA (bfloat16)
+    quantization: str | None = None  # None, "4bit" or "8bit": the base's linear weights
+
+    @classmethod
+    def from_config(cls, config, dtype: torch.dtype = torch.float32, quantization: str | None = None) -> "ModelShape":
+        heads = config.num_attention_heads
+        return cls(layers=config.num_hidden_layers, hidden=config.hidden_size, heads=heads,
+                   kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+                   intermediate=config.intermediate_size, vocab=config.vocab_size,
+                   tied=bool(getattr(config, "tie_word_embeddings", True)),
+                   dtype_bytes=torch.finfo(dtype).bits // 8, quantization=quantization)
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each projection of one layer, by its module name."""
+        H, I = self.hidden, self.intermediate
+        return {"q_proj": (H, self.q_dim), "k_proj": (H, self.kv_dim), "v_proj": (H, self.kv_dim),
+                "o_proj": (self.q_dim, H), "gate_proj": (H, I), "up_proj": (H, I), "down_proj": (I, H)}
+
+    def parameters(self) -> tuple[int, int]:
+        """(parameters in the layers' projections, all others): the first are the ones quantisation shrinks."""
+        linear = self.layers * sum(i * o for i, o in self.linear_shapes().values())
+        other = self.vocab * self.hidden * (1 if self.tied else 2) + (2 * self.layers + 1) * self.hidden  # + norms
+        return linear, other
+
+    def weight_bytes(self) -> float:
+        linear, other = self.parameters()
+        per_linear = {None: self.dtype_bytes, "4bit": NF4_BYTES, "8bit": 1.0}[self.quantization]
+        return linear * per_linear + other * self.dtype_bytes
+
+
+def lora_parameters(shape: ModelShape, r: int, targets=LORA_TARGETS) -> int:
+    """A LoRA adapter's parameters: r × (in + out) for each targeted projection of each layer."""
+    return shape.layers * sum(r * (i + o) for name, (i, o) in shape.linear_shapes().items() if name in targets)
+
+
+def activation_bytes(shape: ModelShape, tokens: int, action_tokens: float, checkpointing: bool = False) -> float:
+    """Peak bytes that one forward+backward over ``tokens`` (rows × padded length) adds, of which
+    ``action_tokens`` get the vocabulary distribution (`Policy.score` with ``only``).
+
+    Per token and layer, autograd keeps about 12 vectors of the hidden width (input and output of
+    both RMSNorms, the query before and after RoPE, the attention output and its reshaped copy,
+    the two residual sums), 4 of the MLP width (gate, its SiLU, up, their product), 3 of the
+    key/value width (k, v, k after RoPE) and, with grouped-query attention, k and v repeated to
+    every head. Attention itself adds nothing per pair of tokens: PyTorch's fused attention keeps
+    only its output and one log-sum-exp per row. Outside the layers about 24 hidden-width vectors
+    per token remain (the embedding, the final norm, the hidden states the output layer reads, the
+    gradients flowing back), and each action token adds 5 vocabulary-wide float32 rows (logits,
+    scaled logits, log-softmax, its exponential, the entropy's product). Gradient checkpointing
+    keeps only each layer's input and recomputes one layer's full set at a time, but the allocator
+    holds on to the freed recomputations: about 8 hidden widths per token and layer stay resident.
+    """
+    H, I = shape.hidden, shape.intermediate
+    per_layer = 12 * H + 4 * I + 3 * shape.kv_dim + (2 * shape.q_dim if shape.kv_heads < shape.heads else 0)
+    if shape.dtype_bytes < 4:  # peft casts each LoRA input to the adapter's float32 and keeps the copy
+        per_layer += (6 * H + shape.q_dim + I) * 4 / shape.dtype_bytes
+    layers = shape.layers * per_layer if not checkpointing else shape.layers * 8 * H + per_layer
+    trunk = tokens * layers * shape.dtype_bytes * ACTIVATION_OVERHEAD
+    return trunk + tokens * 24 * H * 4 + action_tokens * 5 * shape.vocab * 4
+
+
+@dataclass
+class MemoryEstimate:
+    """The parts of a run's memory (bytes) and the sizes they were computed for."""
+
+    weights: float
+    adapter: float
+    optimiser: float
+    activations: float
+    kv_cache: float
+    micro_batch_tokens: int  # tokens of the largest forward+backward pass
+    rollout_rows: int
+    context: int  # tokens of the longest episode
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.adapter + self.optimiser + self.activations + self.kv_cache
+
+    def describe(self, available: float | None = None) -> str:
+        parts = (f"weights {_size(self.weights)}, adapter {_size(self.adapter)}, optimiser {_size(self.optimiser)}, "
+                 f"activations {_size(self.activations)} (micro-batches of {self.micro_batch_tokens:,} tokens), "
+                 f"KV cache {_size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)")
+        of = f" of {_size(available)} available" if available is not None else ""
+        return f"memory estimate: {parts}; total {_size(self.total)}{of}"
+
+
+def estimate(shape: ModelShape, trainable: int, micro_batch_tokens: int, rollout_rows: int, context: int,
+             action_share: float, checkpointing: bool = False) -> MemoryEstimate:
+    """The memory of a run whose largest pass holds ``micro_batch_tokens`` tokens, an ``action_share`` of
+    them action tokens, and whose rollout plays ``rollout_rows`` episodes of up to ``context`` tokens."""
+    tokens = max(micro_batch_tokens, context)  # an episode longer than the budget runs alone
+    kv = rollout_rows * context * shape.layers * 2 * shape.kv_dim * shape.dtype_bytes
+    logits = rollout_rows * shape.vocab * 4  # rollout reads one position's logits per row, in float32
+    return MemoryEstimate(
+        weights=shape.weight_bytes(), adapter=2 * 4 * trainable, optimiser=2 * 4 * trainable,
+        activations=activation_bytes(shape, tokens, action_share * tokens, checkpointing),
+        kv_cache=ROLLOUT_OVERHEAD * (kv + logits), micro_batch_tokens=tokens, rollout_rows=rollout_rows,
+        context=context)
+
+
+def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes) -> int:
+    """The most tokens per micro-batch whose estimate stays within ``SAFE_SHARE`` of ``available``;
+    ``sizes`` are `estimate`'s other arguments. The activations grow linearly with the budget."""
+    est = estimate(shape, trainable, 0, **sizes)
+    per_token = activation_bytes(shape, 1, sizes["action_share"], sizes.get("checkpointing", False))
+    return int((SAFE_SHARE * available - (est.total - est.activations)) // per_token)
+
+
+# ---------------------------------------------------------------------------- the machine
+
+def available_bytes(device: str | torch.device = "cpu") -> float | None:
+    """Memory a run can still take: free CUDA memory, else MemAvailable (capped by a cgroup limit); None if unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        return None
+    free = float(re.search(r"MemAvailable:\s+(\d+) kB", meminfo.read_text()).group(1)) * 1024
+    cgroups = (("memory.max", "memory.current"), ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"))
+    for limit, used in cgroups:  # v2, v1
+        limit_path, used_path = Path("/sys/fs/cgroup") / limit, Path("/sys/fs/cgroup") / used
+        if limit_path.exists() and used_path.exists() and limit_path.read_text().strip().isdigit():
+            free = min(free, float(limit_path.read_text()) - float(used_path.read_text()))  # a container's own limit
+    return free
+
+
+def peak_rss_reset() -> None:
+    """Start measuring the peak resident memory afresh (Linux: /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss() -> int:
+    """Peak resident memory of this process in bytes since start or `peak_rss_reset` (Linux)."""
+    return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def rss() -> int:
+    """Resident memory of this process now, in bytes (Linux)."""
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+# ---------------------------------------------------------------------------- before a run
+
+def episode_tokens(policy, env_id: str, env_kwargs: dict, tasks: list, max_new_tokens: int) -> tuple[int, int, int]:
+    """(longest episode, shortest prompt, actions' tokens at most) for ``tasks``, in tokens, without sampling.
+
+    An episode is its prompt, then up to max_steps turns of an action of at most ``max_new_tokens``
+    and the env's reply. The longest reply is taken from the expert's episodes, the reply to a
+    too-long action, and the reply to an invalid one with the quote of the action it echoes; the
+    last reply may add the out-of-steps note. Capped at the model's context, as rollout caps it.
+    """
+    from agentlab.envs import make
+    from agentlab.envs.base import ECHO_CHARS
+    from agentlab.rollout import TOO_LONG, play
+
+    longest, shortest_prompt, most_actions = 0, None, 0
+    for task in tasks:
+        env = make(env_id, **env_kwargs)
+        obs, info = env.reset(options={"task": task})
+        prompt, steps = len(policy.prompt_ids(env.system_prompt, obs)), info["max_steps"]
+        invalid = len(policy.observation_ids(env.step("")[0])) + min(max_new_tokens, ECHO_CHARS) + 3  # + the quote
+        expert = [m["content"] for m in play(env, lambda e: e.expert_action(), task=task).messages[2:]
+                  if m["role"] == "user"]
+        replies = [invalid] + [len(policy.observation_ids(r)) for r in [TOO_LONG.format(n=max_new_tokens), *expert]]
+        reply = 1 + max(replies)  # + the end-of-turn that closes a cut action
+        note = len(policy.encode(f"\nOut of steps ({steps})."))
+        longest = max(longest, prompt + steps * (max_new_tokens + reply) + note)
+        shortest_prompt = prompt if shortest_prompt is None else min(shortest_prompt, prompt)
+        most_actions = max(most_actions, steps * max_new_tokens)
+        env.close()
+    max_context = getattr(policy.model.config, "max_position_embeddings", 4096)
+    return min(longest, max_context), shortest_prompt, most_actions
+
+
+def preflight(policy, cfg, tasks: list) -> int | None:
+    """Print the run's memory estimate and return the micro-batch budget in tokens: ``cfg.micro_batch_tokens``,
+    else the largest that fits (None where the available memory is unknown: whole minibatches).
+    Raises `MemoryBudgetError` when the run cannot fit. ``cfg`` is a resolved `agentlab.train.TrainConfig`;
+    ``tasks`` its held-out tasks, whose prompts and replies bound an episode's length."""
+    from agentlab.envs import make
+
+    levels = cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty]
+    rng = np.random.default_rng(cfg.seed)  # its own generator: the run's task draws stay as they are
+    generated = [make(cfg.env_id, **cfg.env_kwargs).generate_task(rng, d) for d in levels]
+    env_kwargs = {**cfg.env_kwargs, **({"max_steps": max(cfg.horizon)} if cfg.horizon else {})}
+    context, prompt, actions = episode_tokens(policy, cfg.env_id, env_kwargs, tasks[:2] + generated, cfg.max_new_tokens)
+    dtype = next(p.dtype for p in policy.model.parameters() if p.is_floating_point())
+    shape = ModelShape.from_config(policy.model.config, dtype, policy.quantization)
+    trainable = policy.num_parameters(trainable_only=True) + (shape.hidden + 1 if cfg.algo == "ppo" else 0)
+    rows = max(cfg.tasks_per_update * cfg.group_size, len(tasks))  # a training batch, or evaluation's one batch
+    minibatch = (cfg.grpo if cfg.algo == "grpo" else cfg.ppo).minibatch_size * context  # the most one pass can hold
+    sizes = dict(rollout_rows=rows, context=context, action_share=actions / (prompt + actions),
+                 checkpointing=cfg.gradient_checkpointing)
+    # the model is loaded: what it holds counts both in the estimate and as available
+    available = available_bytes(policy.device)
+    available = None if available is None else available + sum(
+        p.numel() * p.element_size() for p in policy.model.parameters())
+    budget = cfg.micro_batch_tokens
+    if budget is None and available is not None:
+        budget = largest_budget(shape, trainable, available, **sizes)
+    est = estimate(shape, trainable, minibatch if budget is None else min(budget, minibatch), **sizes)
+    print(est.describe(available))
+    if available is not None and est.total > SAFE_SHARE * available:
+        raise MemoryBudgetError(advice(est, available, cfg))
+    return budget
+
+
+def advice(est: MemoryEstimate, available: float, cfg) -> str:
+    """The error of a run that cannot fit: what it needs, and the settings that lower each part."""
+    budget = (f"micro_batch_tokens (now {cfg.micro_batch_tokens:,})" if cfg.micro_batch_tokens else
+              f"micro_batch_tokens (even one episode of {est.context:,} tokens per micro-batch does not fit)")
+    episodes = f"tasks_per_update {cfg.tasks_per_update} × group_size {cfg.group_size}"
+    knobs = [budget, f"the episodes per update ({episodes}: the KV cache)",
+             f"max_new_tokens (now {cfg.max_new_tokens}: the episode length)"]
+    knobs += [] if cfg.gradient_checkpointing else ["or set gradient_checkpointing=True (activations)"]
+    return (f"this run needs about {_size(est.total)}, more than {SAFE_SHARE:.0%} of the {_size(available)} "
+            f"available ({est.describe()}). Lower " + ", ".join(knobs) + ".")
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.2f} GB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MB"
+

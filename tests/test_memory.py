@@ -1,0 +1,213 @@
+"""Tests of agentlab.memory and memory-bounded updates: micro-batches give the minibatch's gradient,
+an update's peak memory stays flat as the batch grows, the estimate matches what a pass takes, and a
+run that cannot fit stops before its first rollout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agentlab import memory
+from agentlab.algos import grpo, ppo
+from agentlab.policy import LoraSettings, load_policy
+
+# SmolLM2-135M's shape (30 layers in the real model), random weights, no download
+SMOL = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+            vocab_size=49152)
+
+# One GRPO update in a fresh process on fixed-length episodes of a random-weight model; prints the
+# peak resident memory it added and the estimate of its largest pass. A fresh process per size, so
+# that no size inherits another's freed memory.
+UPDATE_PEAK = r"""
+import json, sys
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from agentlab import memory
+from agentlab.algos import grpo
+from agentlab.policy import Policy
+from agentlab.rollout import ACTION, OBSERVATION, PROMPT, Trajectory
+from agentlab.tiny import build_tiny
+
+a = json.loads(sys.argv[1])
+torch.manual_seed(0)
+config = LlamaConfig(**a["arch"])
+lora = LoraConfig(r=8, target_modules=list(memory.LORA_TARGETS), task_type="CAUSAL_LM")
+model = get_peft_model(LlamaForCausalLM(config), lora)
+policy = Policy(model, AutoTokenizer.from_pretrained(str(build_tiny(verbose=False))))
+roles = [PROMPT] * 32 + ([ACTION] * 6 + [OBSERVATION] * 10) * 4  # 96 tokens, a quarter of them action tokens
+turns = [-1] * 32 + sum(([k] * 6 + [-1] * 10 for k in range(4)), [])
+trajs = [Trajectory(env_id="x", task_id=str(i), token_ids=torch.randint(3, 1000, (96,)).tolist(), roles=roles,
+                    turn_index=turns, logprobs=[-1.0 * (r == ACTION) for r in roles], rewards=[float(i % 2)])
+         for i in range(a["episodes"])]
+rewards = torch.tensor([t.total_reward for t in trajs])
+opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-4)
+grpo.update(policy, opt, trajs[:2], rewards[:2], 2, grpo.GRPOSettings(epochs=1))  # first-call costs, not measured
+memory.peak_rss_reset()
+base = memory.rss()
+grpo.update(policy, opt, trajs, rewards, 2, grpo.GRPOSettings(epochs=1, minibatch_size=len(trajs)),
+            micro_batch_tokens=a["budget"])
+peak = memory.peak_rss() - base
+rows = len(trajs) if a["budget"] is None else a["budget"] // 96  # the largest pass
+est = memory.activation_bytes(memory.ModelShape.from_config(config), rows * 96, rows * 24)
+print(json.dumps({"peak": peak, "estimate": est, "rows": rows}))
+"""
+
+
+def update_peak(episodes: int, budget: int | None, layers: int = 2) -> dict:
+    """Peak memory (bytes) that one GRPO step over ``episodes`` of 96 tokens adds, measured in a fresh process."""
+    args = json.dumps({"arch": {**SMOL, "num_hidden_layers": layers}, "episodes": episodes, "budget": budget})
+    # One thread: many small passes stay quick on a shared machine. A fixed mmap threshold: every large
+    # tensor gets pages of its own and returns them when freed, so the peak is the live memory, not
+    # also what glibc keeps for later (which varies by tens of MB from run to run).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    run = subprocess.run([sys.executable, "-c", UPDATE_PEAK, args], capture_output=True, text=True, timeout=600,
+                         env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- the estimate's arithmetic
+
+def test_shape_counts_the_parameters_of_the_model():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tiny = dict(hidden_size=96, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, vocab_size=1024)
+    for arch in ({**SMOL, "num_hidden_layers": 2}, tiny):
+        config = LlamaConfig(**arch)
+        model = LlamaForCausalLM(config)
+        shape = memory.ModelShape.from_config(config)
+        assert sum(shape.parameters()) == sum(p.numel() for p in model.parameters())
+        assert shape.weight_bytes() == 4 * sum(p.numel() for p in model.parameters())
+        lora = get_peft_model(model, LoraConfig(r=8, target_modules=list(memory.LORA_TARGETS), task_type="CAUSAL_LM"))
+        assert memory.lora_parameters(shape, 8) == sum(p.numel() for p in lora.parameters() if p.requires_grad)
+
+
+def test_largest_budget_is_the_edge_of_what_fits():
+    from transformers import LlamaConfig
+
+    shape = memory.ModelShape.from_config(LlamaConfig(**SMOL))
+    sizes = dict(rollout_rows=64, context=330, action_share=0.3)
+    available = 12 * 2**30
+    budget = memory.largest_budget(shape, 2_000_000, available, **sizes)
+    assert memory.estimate(shape, 2_000_000, budget, **sizes).total <= memory.SAFE_SHARE * available
+    assert memory.estimate(shape, 2_000_000, budget + 16, **sizes).total > memory.SAFE_SHARE * available
+    assert budget < 64 * 330 / 4, "a real model on 12 GB takes a small share of a minibatch per pass"
+
+
+# ---------------------------------------------------------------------------- micro-batches are the minibatch
+
+@pytest.fixture
+def one_thread():
+    """Many small passes on one thread: on a shared 2-core machine two threads spin-wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def one_step_gradient(warm_path, trajs, algo: str, micro_batch_tokens: int | None, checkpointing: bool = False):
+    """The gradient of one update that is a single step over the whole batch, and its logs (lr 0: nothing moves)."""
+    torch.manual_seed(0)  # the same LoRA A every time
+    policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
+    for name, p in policy.model.named_parameters():  # LoRA B starts at 0: give the adapter a gradient of its own
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02, generator=torch.Generator().manual_seed(1))
+    if checkpointing:
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.model.train()
+    params = policy.trainable_parameters()
+    opt = torch.optim.SGD(params, lr=0.0)
+    if algo == "grpo":
+        rewards = torch.tensor([t.total_reward for t in trajs])
+        settings = grpo.GRPOSettings(epochs=1, minibatch_size=len(trajs), max_grad_norm=1e9)
+        stats = grpo.update(policy, opt, trajs, rewards, 8, settings, micro_batch_tokens=micro_batch_tokens)
+    else:
+        head = ppo.ValueHead(policy.model.config.hidden_size)
+        torch.nn.init.normal_(head.linear.weight, std=0.1, generator=torch.Generator().manual_seed(2))
+        opt.add_param_group({"params": list(head.parameters())})
+        params = params + list(head.parameters())
+        settings = ppo.PPOSettings(epochs=1, minibatch_size=len(trajs), max_grad_norm=1e9, beta=0.1)
+        stats = ppo.update(policy, opt, trajs, settings, value_head=head, micro_batch_tokens=micro_batch_tokens)
+    return [p.grad.clone() for p in params], stats
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_accumulated_gradient_equals_the_full_batch_gradient(warm_path, batch, algo, one_thread):
+    batch = batch[:16]  # two groups of 8
+    lengths = sorted(len(t.token_ids) for t in batch)
+    assert lengths[0] < lengths[-1], "episodes of different lengths: micro-batches cut different padding"
+    full, full_stats = one_step_gradient(warm_path, batch, algo, None)
+    same, same_stats = one_step_gradient(warm_path, batch, algo, 10**9)  # everything fits: today's pass exactly
+    assert all(torch.equal(a, b) for a, b in zip(full, same)) and same_stats == full_stats
+    for budget in (4 * lengths[-1], lengths[-1] - 1):  # a few episodes per micro-batch; one (too long for the budget)
+        parts, parts_stats = one_step_gradient(warm_path, batch, algo, budget)
+        scale = max(g.abs().max() for g in full)
+        assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale) for a, b in zip(full, parts)), budget
+        for key in ("loss", "pg_loss", "entropy", "clip_frac", "approx_kl", "kl", "v_loss"):
+            if key in full_stats:
+                assert parts_stats[key] == pytest.approx(full_stats[key], rel=1e-4, abs=1e-7), key
+
+
+def test_gradient_checkpointing_gives_the_same_gradient(warm_path, batch, one_thread):
+    plain, _ = one_step_gradient(warm_path, batch[:16], "grpo", 4 * 320)
+    checkpointed, _ = one_step_gradient(warm_path, batch[:16], "grpo", 4 * 320, checkpointing=True)
+    scale = max(g.abs().max() for g in plain)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale) for a, b in zip(plain, checkpointed))
+
+
+# ---------------------------------------------------------------------------- memory, measured
+
+def test_update_memory_stays_flat_as_the_batch_grows():
+    """Episodes of 96 tokens on a SmolLM2-shaped model with 2 layers, one GRPO step over the batch:
+    with micro-batches of 4 episodes the peak stays put from 8 to 32 episodes, in one pass it grows
+    with the batch. The estimate of the largest pass covers its live memory; it is calibrated on the
+    resident memory under glibc's default allocator, which keeps some freed memory on top."""
+    bounded = [update_peak(n, 4 * 96) for n in (8, 16, 32)]
+    whole = [update_peak(n, None) for n in (8, 32)]
+    peaks = [r["peak"] for r in bounded]
+    assert max(peaks) - min(peaks) < 0.1 * max(peaks), peaks
+    assert whole[1]["peak"] > 3 * whole[0]["peak"] and whole[1]["peak"] > 5 * max(peaks), (whole, peaks)
+    for r in bounded + whole:
+        assert 1.0 < r["estimate"] / r["peak"] < 1.5, r
+
+
+# ---------------------------------------------------------------------------- before the first rollout
+
+def test_a_run_that_cannot_fit_stops_before_any_rollout(tmp_path, warm_path, monkeypatch):
+    from agentlab import train as training
+
+    def no_rollout(*args, **kwargs):
+        raise AssertionError("a rollout ran before the memory check")
+
+    monkeypatch.setattr(training, "collect", no_rollout)
+    monkeypatch.setattr(training, "greedy_eval", no_rollout)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 40 * 2**20)  # a machine with 40 MB to spare
+    cfg = training.TrainConfig(profile="ci", policy=str(warm_path), out_dir=str(tmp_path / "big"), tasks_per_update=4,
+                               group_size=4, eval_episodes=8)
+    what_to_lower = "micro_batch_tokens.*group_size.*max_new_tokens.*gradient_checkpointing"
+    with pytest.raises(memory.MemoryBudgetError, match=what_to_lower):
+        training.train(cfg, progress=False)
+    with pytest.raises(memory.MemoryBudgetError, match=r"micro_batch_tokens \(now 100,000\)"):
+        training.train(training.TrainConfig(**{**vars(cfg), "micro_batch_tokens": 100_000}), progress=False)
+    assert not (tmp_path / "big" / "eval.jsonl").exists()
+
+
+def test_preflight_picks_a_budget_that_fits(warm_path, monkeypatch, capsys):
+    from agentlab.train import TrainConfig, eval_tasks, resolve
+
+    policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
+    cfg = resolve(TrainConfig(profile="ci", tasks_per_update=4, group_size=4, eval_episodes=8))
+    tasks = eval_tasks(cfg)
+    context = memory.episode_tokens(policy, cfg.env_id, {}, tasks, cfg.max_new_tokens)[0]
+    assert memory.preflight(policy, cfg, tasks) > 32 * context, "the tiny policy's minibatches fit in one pass"
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 150 * 2**20)
+    assert context <= memory.preflight(policy, cfg, tasks) < 32 * context, "on 150 MB a minibatch runs in pieces"
+    out = capsys.readouterr().out
+    assert out.count("memory estimate: weights") == 2 and "KV cache" in out and "available" in out
