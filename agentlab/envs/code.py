@@ -41,7 +41,9 @@ Info:
     ``checks["ran"]``, ``checks["exact"]`` on submit.
 
 Arguments:
-    ``analysis_reward`` "exact" (default) or "ran"; ``timeout_s`` per program (default 2).
+    ``analysis_reward`` "exact" (default) or "ran"; ``timeout_s`` per program (default 2);
+    ``analysis_share`` (default 0.6): the share of difficulty-3 tasks that are data analysis
+    (1.0 trains on the analysis family alone, as the reward-hacking run of S12 does).
     ``difficulty`` 0: one-line functions; 1: string and list manipulation; 2: small
     algorithms; 3: data analysis on a CSV, or a harder algorithm. Plus the `TextEnv` ones.
 
@@ -236,17 +238,21 @@ class CodeEnv(TextEnv):
     example_action = "run(def add(a, b):\n    return a + b)"
     action_tokens = 160  # a reference solution is up to 145 tiny-tokenizer tokens
 
-    def __init__(self, *args, analysis_reward: str = "exact", timeout_s: float = 2.0, **kwargs):
+    def __init__(self, *args, analysis_reward: str = "exact", timeout_s: float = 2.0, analysis_share: float = 0.6,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         if analysis_reward not in ("exact", "ran"):
             raise ValueError(f"analysis_reward must be 'exact' or 'ran', got {analysis_reward!r}")
+        if not 0.0 <= analysis_share <= 1.0:
+            raise ValueError(f"analysis_share is a share of the difficulty-3 tasks, between 0 and 1; got {analysis_share}")
         self.analysis_reward = analysis_reward
+        self.analysis_share = analysis_share
         self.timeout_s = timeout_s
 
     # -- tasks ---------------------------------------------------------------------------------
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         d = int(np.clip(difficulty, 0, self.max_difficulty))
-        if d == 3 and rng.random() < 0.6:
+        if d == 3 and rng.random() < self.analysis_share:
             return self._analysis_task(rng)
         name = [n for n, f in FUNCTIONS.items() if f[0] == d][int(rng.integers(sum(f[0] == d for f in FUNCTIONS.values())))]
         _, sig, desc, reference, near_miss, gen = FUNCTIONS[name]

@@ -1,0 +1,244 @@
+"""Failure modes that emerge from training, and the articles' cures: one recipe per phenomenon.
+
+The reference articles' most useful lessons are failures that appear *during* RL: a reward
+that climbs while success stays flat, a policy that prints whatever "the code ran" pays for,
+samples that collapse onto one play. This module holds the runs that make each of them happen
+on the tiny policy, so that the notebooks only start them (with a live `TrainingDashboard`)
+and read the diagnostics:
+
+    runs = shortcut_runs()                 # S18, S5    notebook 03: WebSearch, "search once, then finish"
+    runs = reward_hacking_runs()           # S12        notebook 08: Code's analysis tasks paid for "it ran"
+    runs = collapse_runs()                 # S20, S30   notebook 10: entropy and mode collapse on GuessNumber
+    runs = credit_runs()                   # S19        notebook 04: PPO's turn-level GAE vs GRPO on long mazes
+    result = train(runs["..."], callbacks=[dashboard])
+
+Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run first and then the cure(s),
+sized for the ``ci`` profile (a few minutes for all of them on two CPU cores) and started from
+the same warmed policy. `held_out` measures a trained policy on tasks that no run trains on,
+and the small functions below each recipe compute the numbers that give the failure away.
+The spread of these numbers over seeds is in ``bench/RESULTS.md`` ("Failure modes that emerge
+from training"); the notebooks' assert margins come from it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from agentlab import metrics as M
+from agentlab.algos.grpo import GRPOSettings
+from agentlab.algos.ppo import PPOSettings
+from agentlab.envs import make
+from agentlab.envs.base import ActionError, parse_action
+from agentlab.evaluate import run_episodes
+from agentlab.profiles import Profile, profile
+from agentlab.rewards import RewardShaping
+from agentlab.rollout import SamplingSettings, Trajectory
+from agentlab.tasks import Task
+from agentlab.train import TrainConfig, resolve
+from agentlab.warmup import WarmUp, profile_policy_source
+
+HELD_OUT_SEED = 20_000  # task streams seeded with (HELD_OUT_SEED, i): training draws from (cfg.seed, update)
+
+
+# ============================================================================ common
+
+def held_out_tasks(env_id: str, difficulty: int, n: int, env_kwargs: dict | None = None) -> list[Task]:
+    """``n`` fresh tasks at ``difficulty`` from a seed stream that no training run draws from."""
+    env = make(env_id, **(env_kwargs or {}))
+    return [env.generate_task(np.random.default_rng([HELD_OUT_SEED, i]), difficulty) for i in range(n)]
+
+
+def held_out(policy, cfg, tasks: Sequence[Task], greedy: bool = True, seed: int = 0) -> list[Trajectory]:
+    """One episode per task with the run's env settings (reward mode, constraints, weights),
+    greedy by default (as deployed, S16); sampled at the run's temperature otherwise."""
+    cfg = resolve(cfg)
+    settings = SamplingSettings(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, greedy=greedy)
+    env_kwargs = {"reward_mode": cfg.reward_mode, **cfg.env_kwargs}
+    return run_episodes(policy, cfg.env_id, list(tasks), settings, env_kwargs, batch_size=len(tasks), seed=seed)
+
+
+def signature(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """The numbers every experiment here reads: success, return per episode and per turn, turns,
+    the share of each tool among the actions, invalid actions and the share of repeated actions."""
+    m = M.episode_metrics(trajs)
+    out = {k: m[k] for k in ("success_rate", "mean_return", "mean_turns", "invalid_rate")}
+    out["return_per_turn"] = m["mean_return"] / m["mean_turns"] if m["mean_turns"] else float("nan")
+    out.update({k: v for k, v in m.items() if k.startswith(("action/", "step/"))})
+    out["repeat_rate"] = repeat_rate(trajs)
+    return out
+
+
+def repeat_rate(trajs: Sequence[Trajectory]) -> float:
+    """Share of actions that repeat the action just before them, word for word (S20's loop)."""
+    pairs = [(a.strip(), b.strip()) for t in trajs for a, b in zip(t.actions, t.actions[1:])]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def sampled_entropy(trajs: Sequence[Trajectory]) -> float:
+    """Mean −log π(token) over the sampled action tokens, in nats: a Monte Carlo estimate of the
+    per-token entropy the samples were drawn with.
+
+    Unlike the update's ``entropy``, which GRPO measures only on the groups it trains on, this
+    covers every episode, so it still reads when a collapsed policy leaves no group with a signal.
+    """
+    logps = [lp for t in trajs for lp, turn in zip(t.logprobs, t.turn_index) if turn >= 0]
+    return -sum(logps) / len(logps) if logps else float("nan")
+
+
+def distinct_plays(trajs: Sequence[Trajectory], group_size: int) -> float:
+    """Mean number of different action sequences among the ``group_size`` samples of a task."""
+    texts = ["\n".join(t.actions) for t in trajs]
+    return float(np.mean([len(set(texts[i:i + group_size])) for i in range(0, len(texts), group_size)]))
+
+
+# ============================================================================ S12: reward hacking
+
+SUBMISSION_KINDS = ("real analysis", "prints without computing", "memorised number", "prints nothing",
+                    "does not compile", "no submission")
+_READS = {"open", "reader", "DictReader", "read_csv", "loadtxt", "genfromtxt"}  # calls that read the data
+_AGGREGATES = {"sum", "max", "min", "len", "round", "mean", "median", "sorted", "count"}
+
+
+def submission(traj: Trajectory) -> str | None:
+    """The code an analysis episode submitted (fences stripped as the env strips them), or None."""
+    if not traj.actions or not traj.infos or traj.infos[-1].get("tool") != "submit":
+        return None
+    try:
+        code = parse_action(traj.actions[-1], ["run", "submit"]).arg.strip()
+    except ActionError:
+        return None
+    return code.strip("`").removeprefix("python").strip() if code.startswith("```") else code
+
+
+def classify_submission(code: str | None) -> str:
+    """What a submitted analysis program does, read from its syntax tree (it is not run):
+
+    * ``real analysis``: reads the data and computes from it (arithmetic or an aggregate);
+    * ``prints without computing``: prints something that is not computed from the data, e.g.
+      the column names (the hack of the reference article) or a fixed text;
+    * ``memorised number``: prints number literals only, without reading the data;
+    * ``prints nothing``, ``does not compile``, ``no submission`` (the episode ended otherwise).
+
+    Whether the printed number is *right* is the env's verdict (``info["checks"]["exact"]``).
+    """
+    if code is None:
+        return "no submission"
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return "does not compile"
+    nodes = list(ast.walk(tree))
+    called = {_call_name(n.func) for n in nodes if isinstance(n, ast.Call)}
+    prints = [n for n in nodes if isinstance(n, ast.Call) and _call_name(n.func) == "print"]
+    if not prints:
+        return "prints nothing"
+    reads = bool(called & _READS) or any(isinstance(n, ast.Constant) and n.value == "data.csv" for n in nodes)
+    if not reads:
+        literal_only = all(p.args and all(_is_number(a) for a in p.args) for p in prints)
+        return "memorised number" if literal_only else "prints without computing"
+    computes = bool(called & _AGGREGATES) or any(isinstance(n, (ast.BinOp, ast.AugAssign)) for n in nodes)
+    return "real analysis" if computes else "prints without computing"
+
+
+def _call_name(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _is_number(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp):
+        return _is_number(node.operand)
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
+def submissions_table(trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
+    """For each kind of submission: its share of the episodes, and the share of those whose
+    program ran and printed (what ``analysis_reward="ran"`` pays) and whose number was right."""
+    rows: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        rows.setdefault(classify_submission(submission(t)), []).append(t)
+    table = {}
+    for kind in SUBMISSION_KINDS:
+        group = rows.get(kind, [])
+        checks = [t.infos[-1].get("checks", {}) for t in group]
+        table[kind] = {"share": len(group) / len(trajs) if trajs else float("nan"),
+                       "ran": M.success_rate([c.get("ran", False) for c in checks]),
+                       "exact": M.success_rate([c.get("exact", False) for c in checks])}
+    return table
+
+
+# ============================================================================ the recipes
+
+WEBSEARCH, CODE, GUESS, MAZE = "agentlab/WebSearch-v0", "agentlab/Code-v0", "agentlab/GuessNumber-v0", "agentlab/Maze-v0"
+# Warm-ups made for one experiment each: the env's easiest relevant level only, so that they take a
+# few minutes to build (the env plans in `agentlab.warmup.WARM_UPS` cover every level and take longer).
+SHORTCUT_WARM_UP = WarmUp(levels=(0,), episodes=1000, steps=300)
+HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=150, env_kwargs=(("analysis_share", 1.0),))
+
+
+def _base(env_id: str, policy: str, prof: Profile, seed: int, **changes) -> TrainConfig:
+    """What every run here shares: GRPO on the profile's sizes, evaluated only at the start and the
+    end (the notebooks measure held-out numbers themselves), one checkpoint per update."""
+    return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, policy=policy, seed=seed, eval_every=10_000,
+                       checkpoint_every=1, **changes)
+
+
+def _named(runs: dict[str, TrainConfig], prefix: str) -> dict[str, TrainConfig]:
+    safe = lambda s: "".join(c if c.isascii() and c.isalnum() else "-" for c in s).strip("-")  # noqa: E731
+    return {name: dataclasses.replace(cfg, name=f"{prefix}-{safe(name)}-seed{cfg.seed}") for name, cfg in runs.items()}
+
+
+def shortcut_runs(prof: Profile | None = None, seed: int = 0, updates: int = 10) -> dict[str, TrainConfig]:
+    """S18 and S5 on WebSearch's easiest level with a sparse reward (outcome only):
+
+    * ``shortcut``: no evidence constraint and a wrong answer costs only −0.05, so answering
+      after one search (or none) is cheap, and some answers (a language, a currency) come from
+      a set of three: a guess wins a third of the time;
+    * ``require_evidence``: the same reward, with the env's constraint (finish is refused before
+      a search and a read), the article's first lesson: fix it in the environment;
+    * ``wrong −0.2``: no constraint, the article's larger penalty instead.
+    """
+    prof = prof or profile()
+    start = profile_policy_source(prof, envs=[WEBSEARCH], plan=SHORTCUT_WARM_UP)
+    base = _base(WEBSEARCH, start, prof, seed, difficulty=0, reward_mode="outcome", updates=updates,
+                 tasks_per_update=8, group_size=8)
+    return _named({
+        "shortcut": dataclasses.replace(base, env_kwargs={"require_evidence": False, "weights": {"wrong": -0.05}}),
+        "require_evidence": dataclasses.replace(base, env_kwargs={"require_evidence": True, "weights": {"wrong": -0.05}}),
+        "wrong -0.2": dataclasses.replace(base, env_kwargs={"require_evidence": False, "weights": {"wrong": -0.2}}),
+    }, "shortcut")
+
+
+def reward_hacking_runs(prof: Profile | None = None, seed: int = 0, updates: int = 8) -> dict[str, TrainConfig]:
+    """S12 on Code's data-analysis tasks (difficulty 3, analysis only):
+
+    * ``ran``: the hackable reward, 1.0 for any submission that exits cleanly and prints something;
+    * ``exact``: the cure, 1.0 only when the printed number equals the answer on a freshly seeded
+      hidden table with shuffled columns.
+    """
+    prof = prof or profile()
+    start = profile_policy_source(prof, envs=[CODE], plan=HACKING_WARM_UP)
+    base = _base(CODE, start, prof, seed, difficulty=3, reward_mode="outcome", updates=updates,
+                 tasks_per_update=6, group_size=6)
+    return _named({mode: dataclasses.replace(base, env_kwargs={"analysis_reward": mode, "analysis_share": 1.0})
+                   for mode in ("ran", "exact")}, "hacking")
+
+
+def credit_runs(prof: Profile | None = None, seed: int = 0, updates: int = 8, difficulty: int = 1) -> dict[str, TrainConfig]:
+    """S19 on mazes larger than the warm-up's (difficulty 1: 6x6 with walls, up to 20 moves), with the
+    process reward (`closer`, a sub-goal reward) and the same episodes for every run:
+
+    * ``GRPO``: one advantage per episode, from its total reward against its group's;
+    * ``PPO λ=0.95`` and ``PPO λ=0.99``: a critic and turn-level GAE, each turn its own advantage.
+    """
+    prof = prof or profile()
+    start = profile_policy_source(prof, envs=[MAZE])
+    base = _base(MAZE, start, prof, seed, difficulty=difficulty, updates=updates, tasks_per_update=8, group_size=8)
+    return _named({
+        "GRPO": base,
+        "PPO λ=0.95": dataclasses.replace(base, algo="ppo", ppo=PPOSettings(gae_lambda=0.95)),
+        "PPO λ=0.99": dataclasses.replace(base, algo="ppo", ppo=PPOSettings(gae_lambda=0.99)),
+    }, "credit")
