@@ -41,6 +41,41 @@ def tiny_path() -> str:
     return str(build_tiny(profile("ci"), verbose=False))
 
 
+SMOLLM2 = "smollm2-135m"
+MODELS = {"tiny": "the untrained tiny policy", SMOLLM2: "SmolLM2-135M-Instruct"}
+TINY_CONTEXT = 4096  # positions the tiny policy is given in long-episode benchmarks (see `bench_policy`)
+
+
+def model_path(name: str) -> str:
+    """The folder of a benchmark model: ``"tiny"`` (the ``ci`` profile's) or ``"smollm2-135m"`` (its cached
+    conversion), for agentlab and for the peers that load it with ``from_pretrained``."""
+    from agentlab.policy import model_source
+
+    return tiny_path() if name == "tiny" else model_source(name)
+
+
+def bench_policy(name: str, **kwargs):
+    """A benchmark model as an agentlab `Policy` (``kwargs`` go to `load_policy`: lora, quantization).
+
+    The tiny policy's config says 768 positions, which a 50-turn episode passes; its rotary
+    position code works at any position and the model is untrained, so for throughput it is
+    given ``TINY_CONTEXT`` positions (rollout reads the limit from the config)."""
+    from agentlab.policy import load_policy
+
+    policy = load_policy(model_path(name), **kwargs)
+    if name == "tiny":
+        policy.model.config.max_position_embeddings = TINY_CONTEXT
+    return policy
+
+
+def fixed_length_envs(env_id: str, n: int, turns: int) -> list:
+    """``n`` envs whose episodes last exactly ``turns`` turns when no action ever ends (inside
+    `without_end_of_turn` every action is cut, invalid, and the episode runs to its step limit)."""
+    from agentlab.envs import make
+
+    return [make(env_id, max_steps=turns) for _ in range(n)]
+
+
 # ---------------------------------------------------------------------------- equal lengths
 
 @contextlib.contextmanager
@@ -71,6 +106,50 @@ def seconds(fn: Callable, *args, **kwargs) -> tuple[float, object]:
     start = time.perf_counter()
     out = fn(*args, **kwargs)
     return time.perf_counter() - start, out
+
+
+def interleaved(sides: dict[str, Callable[[], object]], n_repeats: int) -> dict[str, list[tuple[float, object]]]:
+    """Run every side once per repeat, alternating (A B A B ...), so that a change in the machine's
+    load falls on both; each side's (seconds, result) per repeat. Medians of these compare like with like."""
+    out: dict[str, list[tuple[float, object]]] = {name: [] for name in sides}
+    for _ in range(n_repeats):
+        for name, fn in sides.items():
+            out[name].append(seconds(fn))
+    return out
+
+
+class ForwardClock:
+    """Seconds a model spends in forward passes that read several new tokens per row (a prompt or
+    a history: "prefill") and one token per row (sampling: "decode"), from hooks on its outermost
+    module. Use as ``with ForwardClock(model) as clock: ...`` and read ``clock.prefill_s``."""
+
+    def __init__(self, model: torch.nn.Module):
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
+        self.model, self.prefill_s, self.decode_s, self.prefill_tokens = model, 0.0, 0.0, 0
+        self._start, self._width, self._handles = 0.0, 0, []
+
+    def _before(self, _module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._width = 0 if ids is None else ids.shape[1]
+        if self._width > 1:
+            self.prefill_tokens += ids.numel()
+        self._start = time.perf_counter()
+
+    def _after(self, *_):
+        dt = time.perf_counter() - self._start
+        if self._width > 1:
+            self.prefill_s += dt
+        else:
+            self.decode_s += dt
+
+    def __enter__(self) -> "ForwardClock":
+        self._handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
+                         self.model.register_forward_hook(self._after)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
 
 
 def median(xs: Sequence[float]) -> float:

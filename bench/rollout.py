@@ -1,124 +1,183 @@
-"""Rollout throughput: agentlab's batched multi-turn rollout vs the plain Hugging Face loop.
+"""Rollout throughput at equal work: agentlab's multi-turn rollout vs batched `generate` that re-reads the chat.
 
-The plain way is what a user writes first: for one env at a time, every turn, render the
-whole chat history with the chat template, encode it, call ``model.generate`` (sampling with
-``do_sample=True, top_k=0, top_p=1.0``), decode, step the env. agentlab samples the next
-action of every live env in one batched call and appends only the new tokens to each
-context.
+The peer is what a user runs without agentlab, and what TRL's multi-turn rollouts do: every
+turn, for all live envs at once, render each chat so far with the chat template, encode the
+batch (left-padded) and call ``model.generate`` on it (``do_sample=True, top_k=0,
+top_p=1.0``), decode, step the envs, append the replies to the chats. The whole history goes
+through the model again each turn. agentlab keeps every env's KV cache across turns and feeds
+the model only what is new: the end of the last action and the env's reply.
 
-Both sides use the same untrained tiny policy, the same GuessNumber tasks (env seeds) and
-exactly ``TOKENS_PER_TURN`` action tokens per turn (the end-of-turn token is suppressed, see
-`bench.common.without_end_of_turn`), so every episode runs its five turns on both sides and
-action tokens per second compares like with like.
+Both sides run the same model, the same GuessNumber tasks (env seeds) and exactly
+``TOKENS_PER_TURN`` action tokens per turn: the end-of-turn token is pushed out of reach
+(`bench.common.without_end_of_turn`), so every action is cut at the limit, is invalid, and
+every episode runs to its step limit, which sets the number of turns. Both sides treat a cut
+action alike (the env gets an empty action and the reply is `agentlab.rollout.TOO_LONG`), so
+the chats grow by the same text on both.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
-from bench.common import (SEED, breakdown, median, progress, repeats, seconds, table, tiny_path, verdict,
-                          without_end_of_turn)
+from bench.common import (MODELS, SEED, SMOLLM2, ForwardClock, bench_policy, breakdown, fixed_length_envs,
+                          interleaved, median, progress, repeats, table, verdict, without_end_of_turn)
 
 ENV_ID = "agentlab/GuessNumber-v0"
 TOKENS_PER_TURN = 24  # the ci profile's max_new_tokens
-SIZES, QUICK_SIZES = (1, 8, 32, 64), (1, 8, 32)
-GOAL_ENVS, GOAL = 32, 5.0
+GOAL_MODEL, GOAL_TURNS, GOAL = SMOLLM2, 20, 3.0
 
 
-def agentlab_rollout(policy, n_envs: int, seed: int = SEED) -> dict:
-    """One batched rollout over ``n_envs`` GuessNumber envs; action tokens and turns."""
-    from agentlab.rollout import ACTION, SamplingSettings, make_envs, rollout
-
-    envs = make_envs(ENV_ID, n_envs)
-    gen = torch.Generator().manual_seed(seed)
-    trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=TOKENS_PER_TURN),
-                    seeds=[seed + i for i in range(n_envs)], generator=gen)
-    return {"tokens": sum(r == ACTION for t in trajs for r in t.roles), "turns": sum(t.num_turns for t in trajs)}
+def cells(quick: bool) -> list[tuple[str, int, int]]:
+    """(model, live envs per turn, turns per episode) to measure."""
+    if quick:
+        return [("tiny", 8, 5), ("tiny", 8, 20), (SMOLLM2, 4, 5), (SMOLLM2, 4, 20)]
+    return [(m, n, t) for m, n in (("tiny", 16), (SMOLLM2, 8)) for t in (5, 20, 50)]
 
 
-def plain_episode(model, tokenizer, env, seed: int) -> dict:
-    """One episode the plain way: re-render and re-encode the whole chat every turn, then generate."""
-    obs, _ = env.reset(seed=seed)
-    messages = [{"role": "system", "content": env.unwrapped.system_prompt}, {"role": "user", "content": obs}]
-    tokens = turns = 0
-    while True:
-        inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)
-        out = model.generate(**inputs, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
-                             max_new_tokens=TOKENS_PER_TURN, pad_token_id=tokenizer.pad_token_id)
-        action_ids = out[0, inputs["input_ids"].shape[1]:]  # (new tokens,)
-        text = tokenizer.decode(action_ids, skip_special_tokens=True)
-        obs, _, terminated, truncated, _ = env.step(text)
-        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
-        tokens, turns = tokens + len(action_ids), turns + 1
-        if terminated or truncated:
-            return {"tokens": tokens, "turns": turns}
+# ---------------------------------------------------------------------------- the two sides
+
+def agentlab_rollout(policy, n_envs: int, turns: int, seed: int = SEED) -> dict:
+    """agentlab's `rollout` over ``n_envs`` envs of ``turns`` turns; action tokens and where the model's time went."""
+    from agentlab.rollout import ACTION, SamplingSettings, rollout
+
+    envs = fixed_length_envs(ENV_ID, n_envs, turns)
+    with ForwardClock(policy.model) as clock:
+        trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=TOKENS_PER_TURN),
+                        seeds=[seed + i for i in range(n_envs)], generator=torch.Generator().manual_seed(seed))
+    return {"tokens": sum(r == ACTION for t in trajs for r in t.roles), "turns": sum(t.num_turns for t in trajs),
+            "context": median([len(t.token_ids) for t in trajs]), "encode_s": 0.0,
+            "prefill_s": clock.prefill_s, "decode_s": clock.decode_s, "read": clock.prefill_tokens}
 
 
-def plain_rollout(model, tokenizer, n_envs: int, seed: int = SEED) -> dict:
-    """``n_envs`` episodes, one env after the other."""
-    from agentlab.envs import make
+def generate_rollout(policy, n_envs: int, turns: int, seed: int = SEED) -> dict:
+    """The peer: each turn, re-render and re-encode every live chat and `generate` for all of them at once."""
+    from agentlab.rollout import TOO_LONG
 
+    model, tokenizer, eot = policy.model, policy.tokenizer, policy.eot_id
+    envs = fixed_length_envs(ENV_ID, n_envs, turns)
+    chats = []
+    for i, env in enumerate(envs):
+        obs, _ = env.reset(seed=seed + i)
+        chats.append([{"role": "system", "content": env.unwrapped.system_prompt}, {"role": "user", "content": obs}])
     torch.manual_seed(seed)
-    total = {"tokens": 0, "turns": 0}
-    for i in range(n_envs):
-        episode = plain_episode(model, tokenizer, make(ENV_ID), seed + i)
-        total = {k: total[k] + episode[k] for k in total}
-    return total
+    live, tokens, played, encode_s, context = list(range(n_envs)), 0, 0, 0.0, {}
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"  # generate continues every row from its last column
+    try:
+        with ForwardClock(model) as clock:
+            while live:
+                start = time.perf_counter()
+                texts = [tokenizer.apply_chat_template(chats[i], add_generation_prompt=True, tokenize=False)
+                         for i in live]
+                batch = tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+                encode_s += time.perf_counter() - start
+                out = model.generate(**batch, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
+                                     max_new_tokens=TOKENS_PER_TURN, pad_token_id=policy.pad_id, eos_token_id=eot)
+                still = []
+                for row, i in enumerate(live):
+                    ids = out[row, batch["input_ids"].shape[1]:].tolist()  # (new tokens,)
+                    ids = ids[:ids.index(eot) + 1] if eot in ids else ids
+                    finished = bool(ids) and ids[-1] == eot
+                    text = tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
+                    obs, _, terminated, truncated, _ = envs[i].step(text if finished else "")
+                    obs = obs if finished else TOO_LONG.format(n=TOKENS_PER_TURN)
+                    chats[i] += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
+                    tokens, played = tokens + len(ids), played + 1
+                    context[i] = int(batch["attention_mask"][row].sum()) + len(ids)
+                    if not (terminated or truncated):
+                        still.append(i)
+                live = still
+    finally:
+        tokenizer.padding_side = side
+    return {"tokens": tokens, "turns": played, "context": median(list(context.values())), "encode_s": encode_s,
+            "prefill_s": clock.prefill_s, "decode_s": clock.decode_s, "read": clock.prefill_tokens}
 
 
-def measure(policy, sizes, n_repeats: int) -> list[dict]:
-    """Median action tokens/s of both sides at each batch size (the sides alternate within a repeat)."""
-    model, tokenizer = policy.model, policy.tokenizer
-    agentlab_rollout(policy, 2)  # warm-up: first calls allocate and pick kernels
-    plain_rollout(model, tokenizer, 1)
-    rows = []
-    for n in progress(sizes, "rollout: env counts"):
-        ours, plain = [], []
-        for _ in progress(range(n_repeats), f"rollout: {n} envs"):
-            dt, a = seconds(agentlab_rollout, policy, n)
-            ours.append((dt, a))
-            dt, b = seconds(plain_rollout, model, tokenizer, n)
-            plain.append((dt, b))
-        row = {"envs": n,
-               "agentlab_tps": median([r["tokens"] / dt for dt, r in ours]),
-               "plain_tps": median([r["tokens"] / dt for dt, r in plain]),
-               "agentlab_s": median([dt for dt, _ in ours]), "plain_s": median([dt for dt, _ in plain]),
-               "tokens": (ours[0][1]["tokens"], plain[0][1]["tokens"]),
-               "turns": (ours[0][1]["turns"] / n, plain[0][1]["turns"] / n)}
-        row["ratio"] = row["agentlab_tps"] / row["plain_tps"]
-        print(f"  {n:3d} envs: agentlab {row['agentlab_tps']:8.0f} tok/s, plain {row['plain_tps']:6.0f} tok/s, "
-              f"ratio {row['ratio']:.1f}x", flush=True)
-        rows.append(row)
+SIDES = {"agentlab": agentlab_rollout, "generate": generate_rollout}
+
+
+# ---------------------------------------------------------------------------- measuring
+
+def measure_cell(policy, n_envs: int, turns: int, n_repeats: int) -> dict:
+    """Both sides on one cell, interleaved; medians of tokens/s and of each side's time split."""
+    runs = interleaved({name: (lambda f=f: f(policy, n_envs, turns)) for name, f in SIDES.items()}, n_repeats)
+    row = {"envs": n_envs, "turns": turns}
+    for name, results in runs.items():
+        wall = [dt for dt, _ in results]
+        first = results[0][1]
+        row[name] = {"tps": median([r["tokens"] / dt for dt, r in results]), "s": median(wall),
+                     "tokens": first["tokens"], "turns": first["turns"] / n_envs, "context": first["context"],
+                     "read": first["read"], **{k: median([r[k] / dt for dt, r in results])
+                                               for k in ("encode_s", "prefill_s", "decode_s")}}
+    row["ratio"] = row["agentlab"]["tps"] / row["generate"]["tps"]
+    return row
+
+
+def measure(quick: bool) -> list[dict]:
+    """Every cell, model by model (one model loaded at a time)."""
+    rows, n_repeats, plan = [], repeats(quick), cells(quick)
+    for model_name in dict.fromkeys(m for m, _, _ in plan):
+        policy = bench_policy(model_name)
+        with torch.no_grad(), without_end_of_turn(policy.model, policy.eot_id):
+            for side in SIDES.values():  # warm-up: first calls allocate and pick kernels
+                side(policy, 2, 2)
+            for m, n_envs, turns in progress([c for c in plan if c[0] == model_name], f"rollout: {model_name}"):
+                row = {"model": m, "params": policy.num_parameters(), **measure_cell(policy, n_envs, turns, n_repeats)}
+                print(f"  {m} {n_envs} envs x {turns} turns: agentlab {row['agentlab']['tps']:.0f} tok/s, "
+                      f"generate {row['generate']['tps']:.0f} tok/s, ratio {row['ratio']:.2f}x", flush=True)
+                rows.append(row)
+        if model_name == GOAL_MODEL:
+            rows.append({"policy": policy})  # kept for the profile of a missed goal
+        else:
+            del policy
     return rows
+
+
+# ---------------------------------------------------------------------------- report
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
 
 
 def run(quick: bool = False) -> str:
     """Measure, and return the RESULTS.md section."""
-    from agentlab.policy import load_policy
-
-    policy = load_policy(tiny_path())
-    sizes = QUICK_SIZES if quick else SIZES
-    n_repeats = repeats(quick)
-    with torch.no_grad(), without_end_of_turn(policy.model, policy.eot_id):
-        rows = measure(policy, sizes, n_repeats)
-        goal_row = next((r for r in rows if r["envs"] == GOAL_ENVS), rows[-1])
-        miss = goal_row["ratio"] < GOAL
-        profile_md = breakdown(lambda: agentlab_rollout(policy, goal_row["envs"]),
-                               f"agentlab rollout of {goal_row['envs']} envs") if miss else ""
-    n_params = policy.num_parameters()
+    measured = measure(quick)
+    kept = next((r["policy"] for r in measured if "policy" in r), None)
+    rows = [r for r in measured if "policy" not in r]
+    goal_row = next((r for r in rows if r["model"] == GOAL_MODEL and r["turns"] == GOAL_TURNS), rows[-1])
+    a, g = "agentlab", "generate"
     body = [
-        f"Untrained tiny policy ({n_params / 1e6:.2f} M parameters, fp32, no LoRA) on {ENV_ID} "
-        f"(difficulty 0, 5 turns), exactly {TOKENS_PER_TURN} action tokens per turn on both sides, "
-        f"sampling at temperature 1 with no top-k / top-p. Median of {n_repeats} run(s) per cell.",
+        f"GuessNumber with the step limit set to the number of turns, exactly {TOKENS_PER_TURN} action tokens per "
+        "turn on both sides (end-of-turn suppressed), sampling at temperature 1 with no top-k / top-p, fp32, no "
+        f"LoRA. Median of {repeats(quick)} interleaved run(s) per cell (agentlab, generate, agentlab, ...). "
+        "The tiny policy is given 4,096 positions (its config says 768; `bench.common.bench_policy`).",
         "",
-        table(["envs", "agentlab tokens/s", "HF generate tokens/s", "ratio", "agentlab s", "HF s",
-               "action tokens (agentlab / HF)", "turns per episode (agentlab / HF)"],
-              [[r["envs"], r["agentlab_tps"], r["plain_tps"], f"{r['ratio']:.1f}x", r["agentlab_s"], r["plain_s"],
-                "%d / %d" % r["tokens"], "%.1f / %.1f" % r["turns"]] for r in rows]),
+        table(["model", "envs", "turns", "agentlab tokens/s", "generate tokens/s", "ratio", "agentlab s",
+               "generate s", "action tokens (each side)", "tokens per episode at the end",
+               "positions read by prefill (agentlab / generate)"],
+              [[MODELS[r["model"]], r["envs"], r["turns"], r[a]["tps"], r[g]["tps"], f"**{r['ratio']:.2f}x**",
+                r[a]["s"], r[g]["s"], "%d / %d" % (r[a]["tokens"], r[g]["tokens"]),
+                "%d / %d" % (r[a]["context"], r[g]["context"]), f"{r[a]['read']:,} / {r[g]['read']:,}"]
+               for r in rows]),
         "",
-        verdict(f"the speed-up at {goal_row['envs']} envs", goal_row["ratio"], GOAL),
+        "Where each side's time goes (share of its wall time): rendering and encoding the chat as text "
+        "(`apply_chat_template` + the tokenizer; agentlab encodes each reply once, inside its rollout's own "
+        "bookkeeping), the model reading several tokens per row (\"prefill\": for generate the whole history "
+        "every turn, for agentlab only what is new), and sampling one token per row (\"decode\"); the rest is "
+        "sampling, the envs and Python.",
+        "",
+        table(["model", "turns", "generate: re-encode text", "generate: prefill (re-reading the history)",
+               "generate: decode", "agentlab: prefill (new tokens only)", "agentlab: decode"],
+              [[MODELS[r["model"]], r["turns"], pct(r[g]["encode_s"]), pct(r[g]["prefill_s"]), pct(r[g]["decode_s"]),
+                pct(r[a]["prefill_s"]), pct(r[a]["decode_s"])] for r in rows]),
+        "",
+        verdict(f"agentlab's rollout speed-up on {MODELS[goal_row['model']]} at {goal_row['turns']} turns "
+                f"({goal_row['envs']} envs)", goal_row["ratio"], GOAL),
     ]
-    if profile_md:
-        body += ["", profile_md]
+    if goal_row["ratio"] < GOAL and kept is not None:
+        with torch.no_grad(), without_end_of_turn(kept.model, kept.eot_id):
+            body += ["", breakdown(lambda: agentlab_rollout(kept, goal_row["envs"], goal_row["turns"]),
+                                   f"agentlab rollout ({goal_row['envs']} envs x {goal_row['turns']} turns)")]
     return "\n".join(body)
