@@ -350,7 +350,7 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
     policy = policy or load_training_policy(cfg)
     policy.share_prompts = cfg.share_prompts
     if cfg.gradient_checkpointing:  # non-reentrant: works with a frozen base under a LoRA adapter
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     value_head = None
     params = policy.trainable_parameters()
     if cfg.algo == "ppo":

@@ -120,7 +120,7 @@ def one_step_gradient(warm_path, trajs, algo: str, micro_batch_tokens: int | Non
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.02, generator=torch.Generator().manual_seed(1))
     if checkpointing:
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         policy.model.train()
     params = policy.trainable_parameters()
     opt = torch.optim.SGD(params, lr=0.0)

@@ -50,12 +50,12 @@ def test_a_model_without_kv_cache_gives_the_same_episodes(policy):
     rollout then re-reads the history each turn and must produce the very same episodes."""
     settings = SamplingSettings(greedy=True, max_new_tokens=10)
     cached = rollout(make_envs("agentlab/GuessNumber-v0", 4), policy, settings, seeds=range(4))
-    policy.model.gradient_checkpointing_enable()
+    policy.model.activation_checkpointing_enable()
     policy.model.train()
     try:
         uncached = rollout(make_envs("agentlab/GuessNumber-v0", 4), policy, settings, seeds=range(4))
     finally:
-        policy.model.gradient_checkpointing_disable()
+        policy.model.activation_checkpointing_disable()
         policy.model.eval()
     assert [t.token_ids for t in uncached] == [t.token_ids for t in cached]
     for a, b in zip(uncached, cached):
