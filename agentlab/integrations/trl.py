@@ -55,12 +55,6 @@ TASK_COLUMN = "task"  # dataset column: the task as JSON text (task data differ 
 TASK_KEY = "agentlab_task"  # the same JSON on the prompt's user message: TRL hands a rollout_func only prompts
 
 
-def full_env_id(env_id: str) -> str:
-    """``"GuessNumber"`` -> ``"agentlab/GuessNumber-v0"``; full ids, an OpenEnv server's id from
-    `agentlab.integrations.openenv.register_remote` among them, pass through (unknown ids raise)."""
-    return full_id(env_id)
-
-
 # ---------------------------------------------------------------------------- the dataset of prompts
 
 def task_prompt(env, task: Task | dict) -> list[dict]:
@@ -82,7 +76,7 @@ def build_dataset(env_id: str, split: str = "train", limit: int | None = None, d
     """
     from datasets import Dataset
 
-    env_id = full_env_id(env_id)
+    env_id = full_id(env_id)
     if tasks is None:
         tasks = load_tasks(env_class(env_id).task_file(), split)
     tasks = [t if isinstance(t, Task) else Task.from_dict(t) for t in tasks]
@@ -138,7 +132,7 @@ class EnvScorer:
     """
 
     def __init__(self, env_id: str, env_kwargs: dict | None = None, eot_id: int | None = None):
-        self.env_id = full_env_id(env_id)
+        self.env_id = full_id(env_id)
         self.env = make(self.env_id, **(env_kwargs or {}))
         self.components = list(env_class(self.env_id).default_weights)
         self.eot_id = eot_id
@@ -321,7 +315,7 @@ class EpisodeRollout:
     """
 
     def __init__(self, env_id: str, env_kwargs: dict | None = None, max_new_tokens: int | None = None):
-        self.env_id = full_env_id(env_id)
+        self.env_id = full_id(env_id)
         self.env_kwargs = dict(env_kwargs or {})
         self.max_new_tokens = turn_tokens(self.env_id, max_new_tokens)
         self.last_trajectories: list[Trajectory] = []
@@ -426,7 +420,7 @@ def tool_environment(env_id: str, env_kwargs: dict | None = None) -> type[ToolEp
     template with tool calling (an instruct model); agentlab's ``think:`` text is not seen.
     """
     cls = env_class(env_id)
-    namespace: dict[str, Any] = {"_env_id": full_env_id(env_id), "_env_kwargs": dict(env_kwargs or {}),
+    namespace: dict[str, Any] = {"_env_id": full_id(env_id), "_env_kwargs": dict(env_kwargs or {}),
                                  "__doc__": f"{cls.name} as TRL tools. {cls.description}"}
     for name, description in cls.tools.items():
         namespace[name] = _tool_method(name, description)
