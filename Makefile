@@ -25,8 +25,12 @@ demo: install
 
 test: test-unit test-notebooks test-browser
 
+# Two workers of one thread each: most tests drive a tiny model that one thread already keeps busy,
+# and two multi-threaded processes on two cores slow each other down. A test that fails there is run
+# again alone (--lf), so only what also fails on its own fails the target.
 test-unit: install
-	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests --ignore=tests/browser
+	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests --ignore=tests/browser || \
+	  AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --lf tests --ignore=tests/browser
 
 test-notebooks: install
 	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --nbval-lax notebooks

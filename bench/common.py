@@ -226,7 +226,13 @@ def torch_profile_top(fn: Callable, n: int = 10) -> str:
     return "```\n" + text.strip() + "\n```"
 
 
-def breakdown(fn: Callable, label: str) -> str:
-    """Markdown: where one run of ``fn`` spends its time (Python functions, then torch ops)."""
+def breakdown(fn: Callable, label: str, torch_fn: Callable | None = None, torch_label: str | None = None) -> str:
+    """Markdown: where one run of ``fn`` spends its time (Python functions, then torch ops).
+
+    ``torch_fn`` (with its ``torch_label``), if given, is what the torch profiler runs instead: a
+    shorter run of the same work, since the profiler keeps every op's event in memory (a 20-turn
+    SmolLM2 rollout grew it to ~20 GB)."""
+    torch_part = torch_profile_top(torch_fn or fn)
+    where = f" in one {torch_label}" if torch_fn is not None and torch_label else ""
     return (f"Where the time goes in one {label} (cProfile, by self time):\n\n{cprofile_top(fn)}\n\n"
-            f"Torch ops (torch.profiler, by self CPU time):\n\n{torch_profile_top(fn)}\n")
+            f"Torch ops{where} (torch.profiler, by self CPU time):\n\n{torch_part}\n")

@@ -138,7 +138,9 @@ def test_callers_environment_is_invisible(monkeypatch):
                                   f"import os, signal; os.kill({os.getpid()}, signal.SIGKILL)",
                                   "import os, signal; os.killpg(0, signal.SIGKILL)",
                                   "import os, signal; os.kill(-1, signal.SIGKILL)",
-                                  f"import os, signal; os.killpg({os.getpgid(0)}, signal.SIGKILL)"])
+                                  f"import os, signal; os.killpg({os.getpgid(0)}, signal.SIGKILL)"],
+                         # ids without the pids, so every pytest-xdist worker collects the same tests
+                         ids=["parent", "caller-pid", "own-group", "everyone", "caller-group"])
 def test_cannot_signal_the_caller(code):
     res, _ = run(code)
     assert os.getpid() > 0  # we are still here
