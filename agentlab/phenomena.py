@@ -2,22 +2,23 @@
 
 The reference articles' most useful lessons are failures that appear *during* RL: a reward
 that climbs while success stays flat, a policy that prints whatever "the code ran" pays for,
-samples that collapse onto one play. This module holds the runs that make each of them happen
-on the tiny policy, so that the notebooks only start them (with a live `TrainingDashboard`)
+samples that collapse onto one play. This module holds the runs that make them happen on the
+tiny policy where it can show them, so that the notebooks only start them (with a live `TrainingDashboard`)
 and read the diagnostics:
 
-    runs = shortcut_runs()                 # S18, S5    notebook 03: WebSearch, "search once, then finish"
-    runs = reward_hacking_runs()           # S12        notebook 08: Code's analysis tasks paid for "it ran"
-    runs = collapse_runs()                 # S20, S30   notebook 10: entropy and mode collapse on GuessNumber
-    runs = credit_runs()                   # S19        notebook 04: PPO's turn-level GAE vs GRPO on long mazes
+    runs = shortcut_runs()                 # S18, S5    notebook 03 §6: WebSearch, "search once, then finish"
+    runs = credit_runs()                   # S19        notebook 04 §7: PPO's turn-level GAE vs GRPO on larger mazes
+    runs = reward_hacking_runs()           # S12        Code's analysis tasks paid for "it ran" (not in a notebook:
+                                           #            the tiny policy's warm-up rarely writes code that compiles)
     result = train(runs["..."], callbacks=[dashboard])
 
-Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run first and then the cure(s),
-sized for the ``ci`` profile (a few minutes for all of them on two CPU cores) and started from
-the same warmed policy. `held_out` measures a trained policy on tasks that no run trains on,
-and the small functions below each recipe compute the numbers that give the failure away.
-The spread of these numbers over seeds is in ``bench/RESULTS.md`` ("Failure modes that emerge
-from training"); the notebooks' assert margins come from it.
+Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run (or the baseline) first and then
+the cure(s) or the alternatives, sized for the ``ci`` profile (a few minutes per recipe on two
+CPU cores) and started from the same warmed policy. `held_out` measures a trained policy on tasks
+that no run trains on, and the small functions below compute the numbers that give a failure
+away. The spread of these numbers over three seeds is in ``bench/RESULTS.md`` ("Failure modes
+that emerge from training", `python -m bench.run --only phenomena --merge`); the notebooks'
+assert margins come from it.
 """
 
 from __future__ import annotations

