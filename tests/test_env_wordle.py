@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from agentlab.envs.wordle import (OPENER, WordleEnv, allowed, answers, codes, consistent, feedback, held_out,
-                                  most_informative)
+from agentlab.envs.wordle import (GUESS_KINDS, OPENER, WordleEnv, allowed, answers, codes, consistent, feedback,
+                                  guess_kinds, held_out, most_informative)
 from agentlab.tasks import Task, load_tasks
 
 MARK = {0: "-", 1: "?", 2: "+"}
@@ -114,3 +114,18 @@ def test_secrets_are_held_out_and_the_careless_player_ignores_yellow():
     careless = env.imperfect_action(np.random.default_rng(0))[6:-1]
     # trace: r, a and e in place, c elsewhere: the careless player keeps the three and ignores the c
     assert careless == next(w for w in answers() if w[1:3] == "ra" and w[4] == "e" and w != "trace")
+
+
+def test_guess_kinds_sorts_each_guess_by_what_the_task_lists():
+    from agentlab.rollout import Trajectory
+
+    env = WordleEnv()
+    task = env.generate_task(np.random.default_rng(0), 0)
+    listed = task.data["listed"]
+    other = next(w for w in sorted(allowed()) if w not in listed)
+    traj = Trajectory(env_id="agentlab/Wordle-v0", task_id=task.id,
+                      actions=[f"guess({listed[0]})", f"guess( {listed[0].upper()} )", f"guess({other})", "guess(bll)",
+                               "I think it is crane"])
+    kinds = guess_kinds([traj], [task])
+    assert [kinds[k] for k in GUESS_KINDS] == [0.4, 0.2, 0.4]
+    assert kinds["distinct guesses"] == 4 / 5  # the listed word twice, written two ways

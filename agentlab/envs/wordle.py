@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, echo
+from agentlab.envs.base import Action, ActionError, Outcome, TextEnv, echo, parse_action
 from agentlab.tasks import Task
 
 GUESSES = 6
@@ -279,3 +279,33 @@ class WordleEnv(TextEnv):
             if word not in tried and all(word[i] == c for i, c in keep):
                 return f"guess({word})"
         return self.expert_action()
+
+
+# ============================================================================ what a policy guessed
+
+GUESS_KINDS = ("listed word", "other allowed word", "not a word")
+
+
+def guess_kinds(trajectories, tasks) -> dict[str, float]:
+    """Shares of a policy's guesses by kind, and distinct guesses per guess.
+
+    *listed word*: one of the words its task lists (copying any of them each turn wins within six
+    guesses); *other allowed word*: a real word, but not a listed one; *not a word*: anything else,
+    malformed actions included. A low ``distinct guesses`` means the same words over and over.
+    ``tasks`` are the tasks the ``trajectories`` played (matched by id).
+    """
+    listed = {t.id: set(t.data.get("listed") or ()) for t in tasks}
+    kinds, words = Counter(), []
+    for traj in trajectories:
+        for action in traj.actions:
+            try:
+                word = parse_action(action, ["guess"]).arg.strip().lower()
+            except ActionError:
+                word = ""
+            words.append(word)
+            if word in listed[traj.task_id]:
+                kinds[GUESS_KINDS[0]] += 1
+            else:
+                kinds[GUESS_KINDS[1] if word in allowed() else GUESS_KINDS[2]] += 1
+    total = max(1, sum(kinds.values()))
+    return {k: kinds[k] / total for k in GUESS_KINDS} | {"distinct guesses": len(set(words)) / total}
