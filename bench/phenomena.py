@@ -3,7 +3,9 @@
 For each experiment (the shortcut, S18/S5; credit assignment, S19) every run starts from the
 same warmed tiny policy and is measured greedily before and after on held-out tasks that no run
 trains on. The table gives each number's mean over the seeds and its range: the notebooks'
-assert margins (03 §6, 04 §7) are chosen inside these ranges.
+assert margins (03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired
+comparisons (run A minus run B on the same seed), are also written to
+``$TMPDIR/bench-phenomena.json``.
 
     python -m bench.run --only phenomena --merge
     python -m bench.phenomena --seeds 0 1 2
