@@ -92,6 +92,7 @@ __all__ = [
     "entropy_collapse",
     "diversity_collapse",
     "shortcut",
+    "kl_spike",
     "active_alarms",
 ]
 
@@ -497,6 +498,13 @@ def shortcut(turns: Sequence[float], success: Sequence[float], window: int = 5, 
     return t0 > 0 and t1 <= (1 - shrink) * t0 and s1 - s0 <= flat
 
 
+def kl_spike(approx_kl: Sequence[float], threshold: float = 0.1) -> bool:
+    """A too-large step: some update's ``approx_kl`` (new policy against the one that sampled the
+    batch) went above ``threshold``, five times the ~0.02 a healthy PPO update stays under. Stays
+    lit after the spike, because the damage (often a jump in invalid actions) shows in later updates."""
+    return any(x > threshold for x in _finite(approx_kl))
+
+
 def active_alarms(history: Mapping[str, Sequence[float]]) -> list[str]:
     """Names of the alarms that fire on a metric history (keys as logged by `train`)."""
     out = []
@@ -506,4 +514,6 @@ def active_alarms(history: Mapping[str, Sequence[float]]) -> list[str]:
         out.append("diversity_collapse")
     if shortcut(history.get("mean_turns", []), history.get("success_rate", [])):
         out.append("shortcut")
+    if kl_spike(history.get("approx_kl", [])):
+        out.append("kl_spike")
     return out

@@ -725,6 +725,8 @@ ALARMS = {
     "entropy_collapse": ("entropy collapse", "policy entropy fell to a fraction of its start: the agent repeats itself"),
     "diversity_collapse": ("diversity collapse", "Self-BLEU within groups ≥ 0.7: samples for a task are near copies"),
     "shortcut": ("shortcut", "episodes got shorter while success stayed flat: look at what the agent now does"),
+    "kl_spike": ("KL spike", "one update moved the policy far from the one that sampled its batch (approx_kl > 0.1): "
+                 "watch the invalid rate and success after it; lower the learning rate or the PPO epochs"),
 }
 
 
@@ -737,7 +739,7 @@ PANELS = [
     ("actions (share)", ["action/", "invalid_rate"], None),
     ("step-level success", ["step/"], None),
     ("entropy (nats/token)", ["entropy"], "entropy_collapse"),
-    ("KL", ["approx_kl", "kl"], None),
+    ("KL", ["approx_kl", "kl"], "kl_spike"),
     ("zero-variance groups", ["zero_var_frac"], None),
     ("Self-BLEU", ["self_bleu"], "diversity_collapse"),
 ]

@@ -24,6 +24,7 @@ from agentlab.metrics import (
     group_self_bleu,
     invalid_rate,
     kl_k3,
+    kl_spike,
     masked_mean,
     mean_components,
     mean_return,
@@ -380,3 +381,5 @@ def test_alarm_functions_on_synthetic_histories():
     assert not shortcut(turns_down[:6], [0.4] * 6)
     assert active_alarms({"entropy": [1, 1, 1, 0.1, 0.1, 0.1], "self_bleu": [0.1] * 5}) == ["entropy_collapse"]
     assert active_alarms({}) == []
+    assert kl_spike([0.002, 0.01, 2.5, 0.006]) and not kl_spike([0.002, 0.09, nan, 0.01])
+    assert active_alarms({"approx_kl": [0.01, 0.87], "entropy": [0.2] * 6}) == ["kl_spike"]
