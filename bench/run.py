@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "RESULTS.md"
 # name -> (title, module); each module has run(quick) -> markdown
 SECTIONS = {
-    "rollout": ("Rollout: batched multi-turn rollout vs `model.generate` one env at a time", "bench.rollout"),
+    "rollout": ("Rollout: multi-turn rollout with a KV cache vs batched `model.generate` that re-reads the chat",
+                "bench.rollout"),
     "grpo": ("GRPO step: agentlab vs TRL's `GRPOTrainer`", "bench.grpo_vs_trl"),
     "gae": ("GAE: vectorised `gae` vs Python loops", "bench.gae"),
     "memory": ("Memory: the demo's peak RSS, and fp32 vs 4-bit weights", "bench.memory"),
@@ -135,7 +136,8 @@ def summary(sections: list[dict]) -> str:
 def render(head: str, sections: list[dict], kept_gpu: str) -> str:
     parts = [head, "", "## Summary", "", summary(sections)]
     for s in sections:
-        parts += ["", f"## {s['title']}", "", f"_{s['seconds']:.0f} s to measure._", "", s["body"].strip()]
+        when = f"; measured {s['when']}" if s.get("when") else ""
+        parts += ["", f"## {s['title']}", "", f"_{s['seconds']:.0f} s to measure{when}._", "", s["body"].strip()]
     parts.append("\n## GPU\n\nRun `python -m bench.gpu --append bench/RESULTS.md` on a machine with an NVIDIA GPU "
                  "(Qwen2.5-shaped models in 4-bit with LoRA; see `bench/README.md`).")
     return "\n".join(parts) + "\n" + kept_gpu
@@ -152,14 +154,16 @@ def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
     date = re.search(r"- \*\*date\*\*: (.*)", text)
     rev = re.search(r"- \*\*code\*\*: git (.*)", text)
     machine = re.search(r"- \*\*machine\*\*: (.*)", text)
+    where = f", on {machine.group(1)}" if machine else ""
+    written = f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'}{where})"
     found = {}
     for name, (title, _) in SECTIONS.items():
-        match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure._\n\n(.*?)(?=\n## |\Z)", text, re.S)
-        if match:
-            found[name] = {"name": name, "title": title, "body": match.group(2).strip(), "error": None,
-                           "seconds": float(match.group(1))}
-    where = f", on {machine.group(1)}" if machine else ""
-    return found, f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'}{where})"
+        match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure(?:; measured (.*?))?\._\n\n(.*?)(?=\n## |\Z)",
+                          text, re.S)
+        if match:  # a section written before sections carried their own stamp gets the file's
+            found[name] = {"name": name, "title": title, "body": match.group(3).strip(), "error": None,
+                           "seconds": float(match.group(1)), "when": match.group(2) or written}
+    return found, written
 
 
 def kept_gpu_sections(out: Path) -> str:
@@ -184,7 +188,14 @@ def run_section(name: str, quick: bool, notebooks: str | None) -> dict:
         error = err
         body = f"**This section failed** ({type(err).__name__}: {err}):\n\n```\n{traceback.format_exc().strip()}\n```"
         print(body, file=sys.stderr, flush=True)
-    return {"name": name, "title": title, "body": body, "error": error, "seconds": time.perf_counter() - start}
+    return {"name": name, "title": title, "body": body, "error": error, "seconds": time.perf_counter() - start,
+            "when": stamp(quick)}
+
+
+def stamp(quick: bool) -> str:
+    """When, where and how a section was measured: it travels with the section through ``--merge``."""
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return f"{now} on {cpu_model()}, git {git_revision()}, {'--quick' if quick else 'full'}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     old = [name for name in SECTIONS if name in earlier and name not in args.only]
     head = header(args, os.getloadavg())
     if old:
-        head += f"\n- **kept from the run of {written}**: {', '.join(old)}"
+        head += f"\n- **kept from earlier runs** (each section says when and where it was measured): {', '.join(old)}"
     measured: dict[str, dict] = {}
     for name in args.only:
         measured[name] = run_section(name, args.quick, args.notebooks)

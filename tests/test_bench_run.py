@@ -1,0 +1,22 @@
+"""`python -m bench.run --merge` keeps each earlier section with the stamp of the run that measured it."""
+
+from bench.run import SECTIONS, earlier_sections, render
+
+
+def section(name: str, body: str, when: str | None) -> dict:
+    return {"name": name, "title": SECTIONS[name][0], "body": body, "error": None, "seconds": 12.0, "when": when}
+
+
+def test_merge_keeps_each_sections_own_stamp(tmp_path):
+    head = "# agentlab benchmarks\n\n- **date**: 2026-12-01 10:00 UTC\n- **machine**: Old CPU\n- **code**: git abc123"
+    out = tmp_path / "RESULTS.md"
+    out.write_text(render(head, [section("rollout", "| a |\n|---|\n| 1 |", "2026-12-03 05:41 UTC on AMD EPYC, "
+                                                                                  "git d8b2b3f, --quick"),
+                                 section("gae", "**Goal met**: fast.", None)], ""))
+    found, written = earlier_sections(out)
+    assert set(found) == {"rollout", "gae"}
+    assert found["rollout"]["when"] == "2026-12-03 05:41 UTC on AMD EPYC, git d8b2b3f, --quick"
+    assert found["rollout"]["body"] == "| a |\n|---|\n| 1 |"
+    # a section from before the stamps existed is dated by the file's header
+    assert found["gae"]["when"] == written == "2026-12-01 10:00 UTC (git abc123, on Old CPU)"
+    assert found["gae"]["body"] == "**Goal met**: fast." and found["gae"]["seconds"] == 12.0
