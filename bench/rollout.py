@@ -7,6 +7,10 @@ top_p=1.0``), decode, step the envs, append the replies to the chats. The whole 
 through the model again each turn. agentlab keeps every env's KV cache across turns and feeds
 the model only what is new: the end of the last action and the env's reply.
 
+A second table measures `Policy.share_prompts` in the setting it is for: GRPO groups, whose
+G episodes start from one prompt. With it on, sampling reads each distinct prompt once and
+copies its KV cache, and scoring (the update's forward pass) runs it once per group.
+
 Both sides run the same model, the same GuessNumber tasks (env seeds) and exactly
 ``TOKENS_PER_TURN`` action tokens per turn: the end-of-turn token is pushed out of reach
 (`bench.common.without_end_of_turn`), so every action is cut at the limit, is invalid, and
@@ -28,6 +32,7 @@ ENV_ID = "agentlab/GuessNumber-v0"
 TOKENS_PER_TURN = 24  # the ci profile's max_new_tokens
 PROFILED_TURNS = 3  # the torch profiler holds every op's event: a few turns show the same ops in bounded memory
 GOAL_MODEL, GOAL_TURNS, GOAL = SMOLLM2, 20, 3.0
+GROUP, SHARED_TURNS = 8, 3  # a GRPO group's size, and turns per episode in the shared-prompt table
 
 
 def cells(quick: bool) -> list[tuple[str, int, int]]:
@@ -99,6 +104,30 @@ def generate_rollout(policy, n_envs: int, turns: int, seed: int = SEED) -> dict:
 SIDES = {"agentlab": agentlab_rollout, "generate": generate_rollout}
 
 
+def grouped_rollout(policy, n_tasks: int, share: bool, seed: int = SEED) -> dict:
+    """``n_tasks`` groups of ``GROUP`` episodes (one task each), sampled and then scored once without a
+    gradient, with `Policy.share_prompts` set to ``share``."""
+    from agentlab.rollout import PROMPT, SamplingSettings, pad_batch, rollout
+
+    policy.share_prompts = share
+    try:
+        envs = fixed_length_envs(ENV_ID, n_tasks * GROUP, SHARED_TURNS)
+        with ForwardClock(policy.model) as clock:
+            start = time.perf_counter()
+            trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=TOKENS_PER_TURN),
+                            seeds=[seed + i // GROUP for i in range(len(envs))],
+                            generator=torch.Generator().manual_seed(seed))
+            sample_s = time.perf_counter() - start
+        batch = pad_batch(trajs, policy.pad_id)
+        start = time.perf_counter()
+        policy.score(batch["ids"], batch["attn"], only=batch["loss_mask"])
+        score_s = time.perf_counter() - start
+    finally:
+        policy.share_prompts = False
+    prompt = median([t.roles.count(PROMPT) for t in trajs])
+    return {"sample_s": sample_s, "score_s": score_s, "read": clock.prefill_tokens, "prompt": prompt}
+
+
 # ---------------------------------------------------------------------------- measuring
 
 def measure_cell(policy, n_envs: int, turns: int, n_repeats: int) -> dict:
@@ -116,6 +145,18 @@ def measure_cell(policy, n_envs: int, turns: int, n_repeats: int) -> dict:
     return row
 
 
+def measure_shared(policy, model_name: str, quick: bool) -> dict:
+    """Sampling and scoring GRPO groups with and without sharing their prompts, interleaved."""
+    n_tasks = (2 if model_name == SMOLLM2 else 4) if quick else (4 if model_name == SMOLLM2 else 8)
+    runs = interleaved({share: (lambda share=share: grouped_rollout(policy, n_tasks, share))
+                        for share in (False, True)}, repeats(quick))
+    row = {"model": model_name, "episodes": n_tasks * GROUP}
+    for share, results in runs.items():
+        row[share] = {k: median([r[k] for _, r in results]) for k in ("sample_s", "score_s")}
+        row[share].update({k: results[0][1][k] for k in ("read", "prompt")})
+    return row
+
+
 def measure(quick: bool) -> list[dict]:
     """Every cell, model by model (one model loaded at a time)."""
     rows, n_repeats, plan = [], repeats(quick), cells(quick)
@@ -129,6 +170,10 @@ def measure(quick: bool) -> list[dict]:
                 print(f"  {m} {n_envs} envs x {turns} turns: agentlab {row['agentlab']['tps']:.0f} tok/s, "
                       f"generate {row['generate']['tps']:.0f} tok/s, ratio {row['ratio']:.2f}x", flush=True)
                 rows.append(row)
+            shared = measure_shared(policy, model_name, quick)
+            print(f"  {model_name} shared prompts: sampling {shared[False]['sample_s'] / shared[True]['sample_s']:.2f}x, "
+                  f"scoring {shared[False]['score_s'] / shared[True]['score_s']:.2f}x", flush=True)
+            rows.append({"shared": shared})
         if model_name == GOAL_MODEL:
             rows.append({"policy": policy})  # kept for the profile of a missed goal
         else:
@@ -146,7 +191,8 @@ def run(quick: bool = False) -> str:
     """Measure, and return the RESULTS.md section."""
     measured = measure(quick)
     kept = next((r["policy"] for r in measured if "policy" in r), None)
-    rows = [r for r in measured if "policy" not in r]
+    shared = [r["shared"] for r in measured if "shared" in r]
+    rows = [r for r in measured if "policy" not in r and "shared" not in r]
     goal_row = next((r for r in rows if r["model"] == GOAL_MODEL and r["turns"] == GOAL_TURNS), rows[-1])
     a, g = "agentlab", "generate"
     body = [
@@ -176,6 +222,19 @@ def run(quick: bool = False) -> str:
         "",
         verdict(f"agentlab's rollout speed-up on {MODELS[goal_row['model']]} at {goal_row['turns']} turns "
                 f"({goal_row['envs']} envs)", goal_row["ratio"], GOAL),
+        "",
+        f"**A group's shared prompt** (`Policy.share_prompts`): GRPO groups of {GROUP} episodes of one task each, "
+        f"{SHARED_TURNS} turns, sampled by `rollout` and then scored by one `Policy.score` pass over the action "
+        "tokens (no gradient), with the prompt run once per episode (off) or once per group (on). Seconds are "
+        f"medians of {repeats(quick)} interleaved run(s).",
+        "",
+        table(["model", "episodes", "prompt tokens", "sampling s (off / on)", "sampling speed-up",
+               "positions read by prefill (off / on)", "scoring s (off / on)", "scoring speed-up"],
+              [[MODELS[r["model"]], r["episodes"], r[False]["prompt"],
+                f"{r[False]['sample_s']:.2f} / {r[True]['sample_s']:.2f}",
+                f"{r[False]['sample_s'] / r[True]['sample_s']:.2f}x", f"{r[False]['read']:,} / {r[True]['read']:,}",
+                f"{r[False]['score_s']:.2f} / {r[True]['score_s']:.2f}",
+                f"{r[False]['score_s'] / r[True]['score_s']:.2f}x"] for r in shared]),
     ]
     if goal_row["ratio"] < GOAL and kept is not None:
         with torch.no_grad(), without_end_of_turn(kept.model, kept.eot_id):
