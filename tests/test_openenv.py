@@ -89,7 +89,7 @@ def test_the_playground_widget_plays_a_served_env(guess_server):
 def test_64_sessions_play_whole_episodes_at_once_without_cross_talk(guess_server):
     n, baseline = 64, AgentlabEnvironment.live
     expected = {seed: play(make(GUESS), expert, seed=seed) for seed in range(n)}
-    connected = asyncio.Event()
+    connected, counted = asyncio.Event(), asyncio.Event()
 
     async def session(seed: int, ready: list) -> dict:
         client = _Client(base_url=guess_server.url)
@@ -97,7 +97,7 @@ def test_64_sessions_play_whole_episodes_at_once_without_cross_talk(guess_server
         ready.append(seed)
         if len(ready) == n:
             connected.set()
-        await connected.wait()  # every session is open before any plays
+        await counted.wait()  # every session is open, and counted by the server, before any plays
         observations = [(await client.reset(seed=seed)).observation["text"]]
         while not (state := await client.state())["done"]:
             result = await client.step({"text": state["expert_action"]})
@@ -110,7 +110,12 @@ def test_64_sessions_play_whole_episodes_at_once_without_cross_talk(guess_server
         ready: list = []
         tasks = [asyncio.create_task(session(seed, ready)) for seed in range(n)]
         await connected.wait()
+        # The server registers a session in its own thread, a moment after the client's connect returns.
+        deadline = time.monotonic() + 10
+        while guess_server.openenv.active_sessions < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         at_once = guess_server.openenv.active_sessions
+        counted.set()
         return at_once, await asyncio.gather(*tasks)
 
     at_once, results = asyncio.run(everyone())
