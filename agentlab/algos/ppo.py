@@ -49,6 +49,7 @@ class PPOSettings:
     gae_lambda: float = 0.95  # GAE λ; raise for long horizons [0.95, 0.99]
     max_grad_norm: float = 1.0  # gradient clipping
     norm_adv: bool = True  # normalise advantages over the batch's real turns
+    target_kl: float | None = None  # end the update early once a minibatch's approx_kl passes 1.5 × this (e.g. 0.02)
 
 
 class ValueHead(nn.Module):
@@ -115,7 +116,10 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
         batch["ref_logp"] = reference_logp(policy, batch, temperature, micro_batch_tokens)  # (B, L-1)
     params = policy.trainable_parameters() + list(value_head.parameters())
     logs: dict[str, list[float]] = {}
+    steps, stopped = 0, False
     for _ in range(s.epochs):
+        if stopped:
+            break
         for mb in minibatches(len(trajs), s.minibatch_size, generator):
             step = AccumulatedStep(params, optimizer, s.max_grad_norm)
             for rows, part in micro_batches(batch, mb, micro_batch_tokens):
@@ -135,8 +139,17 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
                 step.add(loss, {**{k: w * v for k, v in stats.items()}, "loss": loss.item(),
                                 "pg_loss": w * pg_loss.item(), "v_loss": wv * v_loss.item(),
                                 "entropy": w * entropy.item(), **extra})
+            # approx_kl was measured before this minibatch's step: past the limit, the policy has already
+            # moved too far from the one that sampled the batch, so drop this step and end the update.
+            if s.target_kl is not None and step.logs.get("approx_kl", 0.0) > 1.5 * s.target_kl:
+                optimizer.zero_grad(set_to_none=True)
+                for k, v in step.logs.items():
+                    logs.setdefault(k, []).append(v)
+                stopped = True
+                break
             for k, v in step.step().items():
                 logs.setdefault(k, []).append(v)
+            steps += 1
     ev = explained_variance(values[turns["mask"]], ret[turns["mask"]])
     return {"explained_variance": float(ev), "value_mean": float(values[turns["mask"]].mean()),
-            **{k: sum(v) / len(v) for k, v in logs.items()}}
+            "optimizer_steps": steps, **{k: sum(v) / len(v) for k, v in logs.items()}}
