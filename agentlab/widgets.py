@@ -726,7 +726,8 @@ ALARMS = {
     "diversity_collapse": ("diversity collapse", "Self-BLEU within groups ≥ 0.7: samples for a task are near copies"),
     "shortcut": ("shortcut", "episodes got shorter while success stayed flat: look at what the agent now does"),
     "kl_spike": ("KL spike", "one update moved the policy far from the one that sampled its batch (approx_kl > 0.1): "
-                 "watch the invalid rate and success after it; lower the learning rate or the PPO epochs"),
+                 "watch the invalid rate and success after it; lower the learning rate or the PPO epochs, or set "
+                 "PPOSettings.target_kl"),
 }
 
 

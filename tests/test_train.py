@@ -66,6 +66,7 @@ def test_ppo_target_kl_ends_the_update_when_the_policy_has_moved_too_far(warm_pa
     from agentlab.algos import ppo
 
     def run(target_kl):
+        torch.manual_seed(0)  # the adapter's initial weights: both runs are the same until the limit bites
         policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
         head = ppo.ValueHead(policy.model.config.hidden_size)
         opt = torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
@@ -77,9 +78,12 @@ def test_ppo_target_kl_ends_the_update_when_the_policy_has_moved_too_far(warm_pa
     assert free["optimizer_steps"] == full
     # Each minibatch's approx_kl is measured before its step: the first sees the sampling policy itself
     # (~0), later ones the moved policy. Half the run's mean is passed by some minibatch, not by the first.
-    limited = run(free["approx_kl"] / 2 / 1.5)
-    assert 1 <= limited["optimizer_steps"] < full
-    assert limited["approx_kl"] > 0
+    target = free["approx_kl"] / 2 / 1.5
+    limited = run(target)
+    steps = limited["optimizer_steps"]
+    assert 1 <= steps < full
+    # the logs average the steps' minibatches and the one that stopped it, whose approx_kl passed the limit
+    assert limited["approx_kl"] * (steps + 1) > 1.5 * target
 
 
 @pytest.mark.xfail(reason="known weakness (learning issue): the value head on the shared LoRA trunk explains "

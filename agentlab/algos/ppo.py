@@ -141,14 +141,13 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
                                 "entropy": w * entropy.item(), **extra})
             # approx_kl was measured before this minibatch's step: past the limit, the policy has already
             # moved too far from the one that sampled the batch, so drop this step and end the update.
-            if s.target_kl is not None and step.logs.get("approx_kl", 0.0) > 1.5 * s.target_kl:
+            stopped = s.target_kl is not None and step.logs.get("approx_kl", 0.0) > 1.5 * s.target_kl
+            if stopped:
                 optimizer.zero_grad(set_to_none=True)
-                for k, v in step.logs.items():
-                    logs.setdefault(k, []).append(v)
-                stopped = True
-                break
-            for k, v in step.step().items():
+            for k, v in (step.logs if stopped else step.step()).items():
                 logs.setdefault(k, []).append(v)
+            if stopped:
+                break
             steps += 1
     ev = explained_variance(values[turns["mask"]], ret[turns["mask"]])
     return {"explained_variance": float(ev), "value_mean": float(values[turns["mask"]].mean()),
