@@ -26,7 +26,7 @@ import time
 import torch
 
 from bench.common import (MODELS, SEED, SMOLLM2, ForwardClock, bench_policy, breakdown, fixed_length_envs,
-                          interleaved, median, progress, repeats, table, verdict, without_end_of_turn)
+                          interleaved, median, progress, repeats, seconds, table, verdict, without_end_of_turn)
 
 ENV_ID = "agentlab/GuessNumber-v0"
 TOKENS_PER_TURN = 24  # the ci profile's max_new_tokens
@@ -44,17 +44,18 @@ def cells(quick: bool) -> list[tuple[str, int, int]]:
 
 # ---------------------------------------------------------------------------- the two sides
 
-def agentlab_rollout(policy, n_envs: int, turns: int, seed: int = SEED) -> dict:
-    """agentlab's `rollout` over ``n_envs`` envs of ``turns`` turns; action tokens and where the model's time went."""
+def agentlab_rollout(policy, n_envs: int, turns: int, seed: int = SEED, group: int = 1) -> dict:
+    """agentlab's `rollout` over ``n_envs`` envs of ``turns`` turns, ``group`` consecutive envs per task;
+    action tokens and where the model's time went."""
     from agentlab.rollout import ACTION, SamplingSettings, rollout
 
     envs = fixed_length_envs(ENV_ID, n_envs, turns)
     with ForwardClock(policy.model) as clock:
         trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=TOKENS_PER_TURN),
-                        seeds=[seed + i for i in range(n_envs)], generator=torch.Generator().manual_seed(seed))
+                        seeds=[seed + i // group for i in range(n_envs)], generator=torch.Generator().manual_seed(seed))
     return {"tokens": sum(r == ACTION for t in trajs for r in t.roles), "turns": sum(t.num_turns for t in trajs),
             "context": median([len(t.token_ids) for t in trajs]), "encode_s": 0.0,
-            "prefill_s": clock.prefill_s, "decode_s": clock.decode_s, "read": clock.prefill_tokens}
+            "prefill_s": clock.prefill_s, "decode_s": clock.decode_s, "read": clock.prefill_tokens, "trajs": trajs}
 
 
 def generate_rollout(policy, n_envs: int, turns: int, seed: int = SEED) -> dict:
@@ -107,25 +108,17 @@ SIDES = {"agentlab": agentlab_rollout, "generate": generate_rollout}
 def grouped_rollout(policy, n_tasks: int, share: bool, seed: int = SEED) -> dict:
     """``n_tasks`` groups of ``GROUP`` episodes (one task each), sampled and then scored once without a
     gradient, with `Policy.share_prompts` set to ``share``."""
-    from agentlab.rollout import PROMPT, SamplingSettings, pad_batch, rollout
+    from agentlab.rollout import PROMPT, pad_batch
 
     policy.share_prompts = share
     try:
-        envs = fixed_length_envs(ENV_ID, n_tasks * GROUP, SHARED_TURNS)
-        with ForwardClock(policy.model) as clock:
-            start = time.perf_counter()
-            trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=TOKENS_PER_TURN),
-                            seeds=[seed + i // GROUP for i in range(len(envs))],
-                            generator=torch.Generator().manual_seed(seed))
-            sample_s = time.perf_counter() - start
-        batch = pad_batch(trajs, policy.pad_id)
-        start = time.perf_counter()
-        policy.score(batch["ids"], batch["attn"], only=batch["loss_mask"])
-        score_s = time.perf_counter() - start
+        sample_s, sampled = seconds(agentlab_rollout, policy, n_tasks * GROUP, SHARED_TURNS, seed, GROUP)
+        batch = pad_batch(sampled["trajs"], policy.pad_id)
+        score_s, _ = seconds(lambda: policy.score(batch["ids"], batch["attn"], only=batch["loss_mask"]))
     finally:
         policy.share_prompts = False
-    prompt = median([t.roles.count(PROMPT) for t in trajs])
-    return {"sample_s": sample_s, "score_s": score_s, "read": clock.prefill_tokens, "prompt": prompt}
+    prompt = median([t.roles.count(PROMPT) for t in sampled["trajs"]])
+    return {"sample_s": sample_s, "score_s": score_s, "read": sampled["read"], "prompt": prompt}
 
 
 # ---------------------------------------------------------------------------- measuring

@@ -143,11 +143,11 @@ def render(head: str, sections: list[dict], kept_gpu: str) -> str:
     return "\n".join(parts) + "\n" + kept_gpu
 
 
-def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
-    """The sections of an earlier results file (title -> section, as `run_section` returns them)
-    and the date, git revision and machine it was written at, for ``--merge``."""
+def earlier_sections(out: Path) -> dict[str, dict]:
+    """The sections of an earlier results file (name -> section, as `run_section` returns them), for
+    ``--merge``; a section without its own stamp gets the file's date, git revision and machine."""
     if not out.exists():
-        return {}, ""
+        return {}
     text = out.read_text()
     gpu = text.find(GPU_HEADING)
     text = text[:gpu] if gpu >= 0 else text
@@ -160,10 +160,10 @@ def earlier_sections(out: Path) -> tuple[dict[str, dict], str]:
     for name, (title, _) in SECTIONS.items():
         match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure(?:; measured (.*?))?\._\n\n(.*?)(?=\n## |\Z)",
                           text, re.S)
-        if match:  # a section written before sections carried their own stamp gets the file's
+        if match:
             found[name] = {"name": name, "title": title, "body": match.group(3).strip(), "error": None,
                            "seconds": float(match.group(1)), "when": match.group(2) or written}
-    return found, written
+    return found
 
 
 def kept_gpu_sections(out: Path) -> str:
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     kept = kept_gpu_sections(out)
-    earlier, written = earlier_sections(out) if args.merge else ({}, "")
+    earlier = earlier_sections(out) if args.merge else {}
     old = [name for name in SECTIONS if name in earlier and name not in args.only]
     head = header(args, os.getloadavg())
     if old:
