@@ -34,9 +34,10 @@ test-unit: install
 
 # Two notebooks at a time, each kernel on one thread (it inherits OMP_NUM_THREADS): the tiny model
 # keeps one thread busy, and a forward and backward pass give the same bits on one thread as on two,
-# so the notebooks' numbers do not change. --dist loadscope keeps a notebook's cells on one worker, in order.
+# so the notebooks' numbers do not change. --dist loadscope keeps a notebook's cells on one worker, in
+# order; notebooks/conftest.py queues the longest notebooks first.
 test-notebooks: install
-	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks
+	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --nbval-lax notebooks
 
 test-browser: install
 	bash tests/browser/install.sh

@@ -1,9 +1,9 @@
 """One GRPO step: agentlab (`rollout` + `agentlab.algos.grpo.update`) vs TRL's `GRPOTrainer`.
 
 The task both can run is single-turn: GuessNumber's first guess (the env with
-``max_steps=1``), rewarded by the agentlab env itself. Both sides start from the same
-untrained tiny policy in fp32 on the CPU with the same LoRA adapter (r=8, alpha=16, every
-linear layer), and per step:
+``max_steps=1``), rewarded by the agentlab env itself. Both sides start from the same model
+in fp32 on the CPU with the same LoRA adapter (r=8, alpha=16, every linear layer), and per
+step:
 
     sample PROMPTS tasks x GROUP_SIZE completions of exactly COMPLETION_TOKENS tokens
     -> env reward -> group-relative advantages -> reference logprobs (adapter off, beta=0.04)
@@ -15,6 +15,10 @@ have the same length whatever the untrained model samples; the rewards are then 
 (every action is invalid), so agentlab is told not to skip zero-variance groups
 (``drop_zero_variance=False``) — otherwise it would skip the backward pass that TRL does.
 Seconds per step are the median over the steps after one warm-up step.
+
+Two models: the untrained tiny policy, where both sides are mostly overhead, and
+SmolLM2-135M-Instruct, where the arithmetic of a real model dominates a step (the issue's
+goal is set there).
 """
 
 from __future__ import annotations
@@ -26,20 +30,22 @@ import time
 
 import torch
 
-from bench.common import (SEED, breakdown, cumulative, median, profile_stats, progress, seconds, table, tiny_path,
-                          verdict, without_end_of_turn)
+from bench.common import (MODELS, SEED, SMOLLM2, bench_policy, breakdown, cumulative, median, model_path,
+                          profile_stats, progress, seconds, table, verdict, without_end_of_turn)
 
 ENV_ID = "agentlab/GuessNumber-v0"
 GROUP_SIZE = 8
 COMPLETION_TOKENS = 24
 LORA_R, LORA_ALPHA = 8, 16
 LR, BETA, CLIP = 1e-3, 0.04, 0.2
-GOAL = 2.0
+GOALS = {"tiny": 2.0, SMOLLM2: 1.5}  # speed-up over TRL's defaults per GRPO step
 
 
-def sizes(quick: bool) -> dict:
-    """Prompts per step and timed steps (after one warm-up step)."""
-    return {"prompts": 2, "steps": 1} if quick else {"prompts": 4, "steps": 5}
+def sizes(model: str, quick: bool) -> dict:
+    """Prompts per step and timed steps (after one warm-up step); SmolLM2 steps take ~40x longer."""
+    if quick:
+        return {"prompts": 2, "steps": 1}
+    return {"prompts": 4, "steps": 5 if model == "tiny" else 3}
 
 
 def make_tasks(n: int, seed: int = SEED) -> list[dict]:
@@ -69,15 +75,16 @@ def env_reward(text: str, task: dict) -> float:
 
 # ---------------------------------------------------------------------------- agentlab
 
-def agentlab_steps(tasks: list[dict], n_prompts: int, n_steps: int) -> dict:
+def agentlab_steps(tasks: list[dict], n_prompts: int, n_steps: int, model: str = "tiny") -> dict:
     """Warm-up + ``n_steps`` agentlab GRPO steps; seconds per step, split into rollout and update."""
     from agentlab.algos import grpo
     from agentlab.envs import make
-    from agentlab.policy import LoraSettings, load_policy
+    from agentlab.policy import LoraSettings
     from agentlab.rollout import SamplingSettings, rollout
 
     torch.manual_seed(SEED)
-    policy = load_policy(tiny_path(), lora=LoraSettings(r=LORA_R, alpha=LORA_ALPHA))
+    policy = bench_policy(model, lora=LoraSettings(r=LORA_R, alpha=LORA_ALPHA))
+    policy.share_prompts = model != "tiny"  # as the real-model profiles have it: a group's prompt is read once
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=LR, weight_decay=0.0)
     settings = grpo.GRPOSettings(clip_coef=CLIP, beta=BETA, epochs=1, minibatch_size=n_prompts * GROUP_SIZE,
                                  drop_zero_variance=False)
@@ -107,17 +114,18 @@ def agentlab_steps(tasks: list[dict], n_prompts: int, n_steps: int) -> dict:
     return {"step_s": median([a + b for a, b in timed]), "rollout_s": median([a for a, _ in timed]),
             "update_s": median([b for _, b in timed]), "all": [a + b for a, b in times],
             "trainable": policy.num_parameters(trainable_only=True), "profile": profile_step,
-            "seq_tokens": max(lengths)}
+            "seq_tokens": max(lengths), "eot_id": policy.eot_id}
 
 
 # ---------------------------------------------------------------------------- TRL
 
-def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, gradient_checkpointing: bool = True,
-              profile_step: int | None = None) -> dict:
+def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, eot_id: int,
+              gradient_checkpointing: bool = True, profile_step: int | None = None, model: str = "tiny") -> dict:
     """Warm-up + ``n_steps`` steps of TRL's GRPOTrainer on the same tasks; seconds per step.
 
     TRL's GRPOConfig turns gradient checkpointing on by default (memory for compute);
-    ``gradient_checkpointing=False`` measures it without. With ``profile_step`` (0 = the
+    ``gradient_checkpointing=False`` measures it without. ``eot_id``: the token that ends a turn
+    (agentlab's `Policy.eot_id` for the same model). With ``profile_step`` (0 = the
     warm-up step), that one step runs under cProfile and its statistics are returned too.
     """
     import cProfile
@@ -165,14 +173,13 @@ def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, gra
         disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=gradient_checkpointing,
     )
     torch.manual_seed(SEED)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_path())
-    model = AutoModelForCausalLM.from_pretrained(tiny_path(), dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_path(model))
+    lm = AutoModelForCausalLM.from_pretrained(model_path(model), dtype=torch.float32)
     lora = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=LoraSettings().target_modules)
     clock = StepClock()
-    eot_id = tokenizer.convert_tokens_to_ids("<|end|>")
-    with without_end_of_turn(model, eot_id):
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
+    with without_end_of_turn(lm, eot_id):
+        trainer = GRPOTrainer(model=lm, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
                               processing_class=tokenizer, peft_config=lora, callbacks=[clock])
         trainer.train()
     steps = [b - a for a, b in zip(clock.marks, clock.marks[1:])]
@@ -200,11 +207,11 @@ TRL_PHASES = {
 }
 
 
-def phase_table(ours_profile, tasks: list[dict], n_prompts: int) -> str:
+def phase_table(ours_profile, tasks: list[dict], n_prompts: int, eot_id: int, model: str) -> str:
     """One step of each side under cProfile, split into generation, forward passes, backward and the rest."""
     ours_total, ours_stats = seconds(profile_stats, ours_profile)
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as out_dir:
-        trl = trl_steps(tasks, n_prompts, 1, out_dir, gradient_checkpointing=True, profile_step=1)
+        trl = trl_steps(tasks, n_prompts, 1, out_dir, eot_id, gradient_checkpointing=True, profile_step=1, model=model)
     trl_total, trl_stats = trl["all"][1], trl["stats"]
     rows = []
     for phase in AGENTLAB_PHASES:
@@ -217,30 +224,33 @@ def phase_table(ours_profile, tasks: list[dict], n_prompts: int) -> str:
 
 # ---------------------------------------------------------------------------- report
 
-def run(quick: bool = False) -> str:
-    """Measure both sides, and return the RESULTS.md section."""
-    n = sizes(quick)
+def compare(model: str, quick: bool) -> str:
+    """Measure both sides on ``model``; its part of the RESULTS.md section."""
+    n = sizes(model, quick)
     tasks = make_tasks((n["steps"] + 2) * n["prompts"])
-    ours = agentlab_steps(tasks, n["prompts"], n["steps"])
-    print(f"  agentlab: {ours['step_s']:.3f} s/step (rollout {ours['rollout_s']:.3f}, update {ours['update_s']:.3f})",
-          flush=True)
+    ours = agentlab_steps(tasks, n["prompts"], n["steps"], model)
+    print(f"  {model} agentlab: {ours['step_s']:.3f} s/step (rollout {ours['rollout_s']:.3f}, "
+          f"update {ours['update_s']:.3f})", flush=True)
     theirs = {}
     for checkpointing in (True, False):
         with tempfile.TemporaryDirectory(prefix="bench-trl-") as out_dir:
-            theirs[checkpointing] = trl_steps(tasks, n["prompts"], n["steps"], out_dir, checkpointing)
-        print(f"  TRL GRPOTrainer (gradient checkpointing {'on' if checkpointing else 'off'}): "
+            theirs[checkpointing] = trl_steps(tasks, n["prompts"], n["steps"], out_dir, ours["eot_id"],
+                                              checkpointing, model=model)
+        print(f"  {model} TRL GRPOTrainer (gradient checkpointing {'on' if checkpointing else 'off'}): "
               f"{theirs[checkpointing]['step_s']:.3f} s/step", flush=True)
     default, lean = theirs[True], theirs[False]
     ratio, ratio_lean = default["step_s"] / ours["step_s"], lean["step_s"] / ours["step_s"]
-    batch = n["prompts"] * GROUP_SIZE
+    batch, goal = n["prompts"] * GROUP_SIZE, GOALS[model]
     body = [
-        f"{n['prompts']} prompts x group {GROUP_SIZE} = {batch} completions of {COMPLETION_TOKENS} tokens per step, "
-        f"LoRA r={LORA_R} (alpha {LORA_ALPHA}) on every linear layer "
+        f"**{MODELS[model]}**: {n['prompts']} prompts x group {GROUP_SIZE} = {batch} completions of "
+        f"{COMPLETION_TOKENS} tokens per step, LoRA r={LORA_R} (alpha {LORA_ALPHA}) on every linear layer "
         f"({ours['trainable']:,} trainable parameters in agentlab, {default['trainable']:,} in TRL), fp32 on the "
         f"CPU, beta={BETA}, clip {CLIP}, one optimiser step per batch. Median over {n['steps']} step(s) after a "
         "warm-up step. Tokens per sequence in the update: agentlab "
         f"{ours['seq_tokens']} (prompt, completion, and the env's reply, which `rollout` keeps for a critic), "
-        f"TRL {default['seq_tokens']} (prompt and completion).",
+        f"TRL {default['seq_tokens']} (prompt and completion)."
+        + (" agentlab reads a group's shared prompt once (`Policy.share_prompts`, on in the real-model profiles)."
+           if model != "tiny" else ""),
         "",
         table(["", "seconds per step", "of which generation", "of which update", "TRL / agentlab"],
               [["agentlab `rollout` + `grpo.update`", ours["step_s"], ours["rollout_s"], ours["update_s"], ""],
@@ -252,15 +262,22 @@ def run(quick: bool = False) -> str:
         + "; TRL (defaults) " + ", ".join(f"{s:.3f}" for s in default["all"])
         + "; TRL (no checkpointing) " + ", ".join(f"{s:.3f}" for s in lean["all"]) + ".",
         "",
-        verdict("agentlab's speed-up per GRPO step over TRL's defaults", ratio, GOAL),
+        verdict(f"agentlab's speed-up per GRPO step over TRL's defaults on {MODELS[model]}", ratio, goal),
     ]
-    if ratio < GOAL:
-        body += ["", "Why: on this tiny model both sides spend a step in the same arithmetic — sampling "
-                 f"{batch} x {COMPLETION_TOKENS} tokens, a reference pass, a forward and a backward pass with the "
-                 "adapter — so a speed-up can only come from overheads around it, and the phases below show "
-                 "where each side spends its step (cProfile adds its own overhead to both). agentlab's update "
-                 f"scores {ours['seq_tokens'] - default['seq_tokens']} more tokens per sequence than TRL (the env's "
-                 "reply after the action, kept for a critic that GRPO does not have); like TRL it applies the "
-                 "output layer and softmax to the completion tokens only (`Policy.score(only=...)`).", "", phase_table(ours["profile"], tasks, n["prompts"]), "",
-                 breakdown(ours["profile"], "agentlab GRPO step")]
+    if ratio < goal:
+        body += ["", f"Why: both sides spend a step in the same arithmetic — sampling {batch} x "
+                 f"{COMPLETION_TOKENS} tokens, a reference pass, a forward and a backward pass with the adapter — "
+                 "so a speed-up can only come from the work around it, and the phases below show where each side "
+                 "spends its step (cProfile adds its own overhead to both). agentlab's update scores "
+                 f"{ours['seq_tokens'] - default['seq_tokens']} more tokens per sequence than TRL (the env's reply "
+                 "after the action, kept for a critic that GRPO does not have); like TRL it applies the output layer "
+                 "and softmax to the completion tokens only (`Policy.score(only=...)`), and each minibatch is padded "
+                 "to its own longest episode (`agentlab.algos.losses.micro_batches`).", "",
+                 phase_table(ours["profile"], tasks, n["prompts"], ours["eot_id"], model), "",
+                 breakdown(ours["profile"], f"agentlab GRPO step on {MODELS[model]}")]
     return "\n".join(body)
+
+
+def run(quick: bool = False) -> str:
+    """Measure both sides on the tiny policy and on SmolLM2-135M, and return the RESULTS.md section."""
+    return "\n\n".join(compare(model, quick) for model in progress(list(GOALS), "grpo: models"))

@@ -1,0 +1,15 @@
+"""Under `make test-notebooks` two workers take whole notebooks from one queue (pytest-xdist,
+--dist loadscope --no-loadscope-reorder): the longest go first, so that the last ones left while
+a worker waits are short. Cells keep their order (the sort is stable)."""
+
+# the slowest notebooks on the ci profile, slowest first; the rest follow in file order
+LONGEST_FIRST = ["04_returns_and_gae", "03_rewards", "07b_a_real_model_on_your_laptop", "10_failure_modes_lab",
+                 "14_real_tasks", "06_grpo", "05_ppo_with_a_critic", "00_setup_and_tour"]
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        stem = item.path.stem
+        return LONGEST_FIRST.index(stem) if stem in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
