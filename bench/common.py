@@ -99,6 +99,16 @@ def without_end_of_turn(model: torch.nn.Module, eot_id: int):
         handle.remove()
 
 
+@contextlib.contextmanager
+def sharing_prompts(policy, share: bool):
+    """Inside this block ``policy`` runs a group's shared prompt once (``share``) or once per row; off after."""
+    policy.share_prompts = share
+    try:
+        yield policy
+    finally:
+        policy.share_prompts = False
+
+
 # ---------------------------------------------------------------------------- timing
 
 def seconds(fn: Callable, *args, **kwargs) -> tuple[float, object]:

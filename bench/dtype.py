@@ -25,10 +25,9 @@ import time
 import numpy as np
 import torch
 
-from bench.common import SEED, SMOLLM2, bench_policy, fixed_length_envs, median, progress, table, without_end_of_turn
+from bench.common import SEED, SMOLLM2, bench_policy, median, progress, seconds, table, without_end_of_turn
 
 SFT_ENV = "agentlab/WebSearch-v0"
-SAMPLE_ENV = "agentlab/GuessNumber-v0"
 LORA_R, LORA_ALPHA, LR = 16, 32, 1e-3  # the real-cpu profile's SFT adapter and rate
 LOSS_TOLERANCE = 0.10
 VARIANTS = {  # name -> (quantization, autocast to bfloat16, 4-bit compute dtype)
@@ -79,16 +78,12 @@ def action_logp(policy, mode, batch: dict) -> torch.Tensor:
 
 
 def sample_speed(policy, mode, n_envs: int, turns: int) -> float:
-    """Action tokens per second sampled by `rollout` (fixed-length turns)."""
-    from agentlab.rollout import ACTION, SamplingSettings, rollout
+    """Action tokens per second sampled by `rollout` (GuessNumber, fixed-length turns: `bench.rollout`'s side)."""
+    from bench.rollout import agentlab_rollout
 
-    envs = fixed_length_envs(SAMPLE_ENV, n_envs, turns)
     with torch.no_grad(), mode(), without_end_of_turn(policy.model, policy.eot_id):
-        start = time.perf_counter()
-        trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=24), seeds=range(n_envs),
-                        generator=torch.Generator().manual_seed(SEED))
-        elapsed = time.perf_counter() - start
-    return sum(r == ACTION for t in trajs for r in t.roles) / elapsed
+        elapsed, sampled = seconds(agentlab_rollout, policy, n_envs, turns)
+    return sampled["tokens"] / elapsed
 
 
 def sft_run(policy, mode, demos: list, steps: int, batch_size: int) -> dict:

@@ -26,7 +26,8 @@ import time
 import torch
 
 from bench.common import (MODELS, SEED, SMOLLM2, ForwardClock, bench_policy, breakdown, fixed_length_envs,
-                          interleaved, median, progress, repeats, seconds, table, verdict, without_end_of_turn)
+                          interleaved, median, progress, repeats, seconds, sharing_prompts, table, verdict,
+                          without_end_of_turn)
 
 ENV_ID = "agentlab/GuessNumber-v0"
 TOKENS_PER_TURN = 24  # the ci profile's max_new_tokens
@@ -110,13 +111,10 @@ def grouped_rollout(policy, n_tasks: int, share: bool, seed: int = SEED) -> dict
     gradient, with `Policy.share_prompts` set to ``share``."""
     from agentlab.rollout import PROMPT, pad_batch
 
-    policy.share_prompts = share
-    try:
+    with sharing_prompts(policy, share):
         sample_s, sampled = seconds(agentlab_rollout, policy, n_tasks * GROUP, SHARED_TURNS, seed, GROUP)
         batch = pad_batch(sampled["trajs"], policy.pad_id)
         score_s, _ = seconds(lambda: policy.score(batch["ids"], batch["attn"], only=batch["loss_mask"]))
-    finally:
-        policy.share_prompts = False
     prompt = median([t.roles.count(PROMPT) for t in sampled["trajs"]])
     return {"sample_s": sample_s, "score_s": score_s, "read": sampled["read"], "prompt": prompt}
 

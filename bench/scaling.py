@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from bench.common import MODELS, SEED, SMOLLM2, bench_policy, progress, seconds, table, without_end_of_turn
+from bench.common import (MODELS, SEED, SMOLLM2, bench_policy, progress, seconds, sharing_prompts, table,
+                          without_end_of_turn)
 
 PLOT = Path(__file__).resolve().parent / "scaling.png"
 LORA_R, LORA_ALPHA, LR = 8, 16, 1e-4
@@ -45,15 +46,12 @@ def timed_update(policy, trajs: list, group: int, share: bool) -> float:
     """Seconds of one `grpo.update` on ``trajs`` with `Policy.share_prompts` set to ``share``."""
     from agentlab.algos import grpo
 
-    policy.share_prompts = share
-    try:
-        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=LR, weight_decay=0.0)
-        settings = grpo.GRPOSettings(epochs=1, minibatch_size=len(trajs), drop_zero_variance=False)
-        rewards = torch.tensor([t.total_reward for t in trajs])
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=LR, weight_decay=0.0)
+    settings = grpo.GRPOSettings(epochs=1, minibatch_size=len(trajs), drop_zero_variance=False)
+    rewards = torch.tensor([t.total_reward for t in trajs])
+    with sharing_prompts(policy, share):
         return seconds(grpo.update, policy, optimizer, trajs, rewards, group, settings,
                        generator=torch.Generator().manual_seed(SEED))[0]
-    finally:
-        policy.share_prompts = False
 
 
 def one_cell(policy, tasks: int, group: int, turns: int, share: bool) -> dict:
@@ -63,11 +61,8 @@ def one_cell(policy, tasks: int, group: int, turns: int, share: bool) -> dict:
     from bench.rollout import agentlab_rollout, generate_rollout
 
     n = tasks * group
-    policy.share_prompts = share
-    try:
+    with sharing_prompts(policy, share):
         ours_s, ours = seconds(agentlab_rollout, policy, n, turns, SEED, group)
-    finally:
-        policy.share_prompts = False
     trajs = ours["trajs"]
     out = {"agentlab": {"sample_s": ours_s, "update_s": timed_update(policy, trajs, group, share)},
            "peer": {"sample_s": seconds(generate_rollout, policy, n, turns, SEED)[0],
@@ -116,8 +111,8 @@ def plot(rows: list[dict], path: Path = PLOT) -> Path:
                 ax.plot([r[key] for r in cells], [r[side]["total_s"] for r in cells], style,
                         label=f"{MODELS[model]}: {'agentlab' if side == 'agentlab' else 'generate + update'}")
         ax.set(xscale="log", yscale="log", xlabel=label, ylabel="seconds per GRPO update")
-        ax.set_xticks(sorted({r[key] for r in rows if r["sweep"] == sweep}),
-                      labels=[str(x) for x in sorted({r[key] for r in rows if r["sweep"] == sweep})])
+        sizes = sorted({r[key] for r in rows if r["sweep"] == sweep})
+        ax.set_xticks(sizes, labels=[str(x) for x in sizes])
         ax.xaxis.set_minor_locator(NullLocator())  # only the measured sizes are labelled
         ax.grid(alpha=0.3)
     fig.axes[0].legend(fontsize=7)
