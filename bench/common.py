@@ -101,12 +101,12 @@ def without_end_of_turn(model: torch.nn.Module, eot_id: int):
 
 @contextlib.contextmanager
 def sharing_prompts(policy, share: bool):
-    """Inside this block ``policy`` runs a group's shared prompt once (``share``) or once per row; off after."""
-    policy.share_prompts = share
+    """Inside this block ``policy`` runs a group's shared prompt once (``share``) or once per row; as before after."""
+    before, policy.share_prompts = policy.share_prompts, share
     try:
         yield policy
     finally:
-        policy.share_prompts = False
+        policy.share_prompts = before
 
 
 # ---------------------------------------------------------------------------- timing
