@@ -26,10 +26,11 @@ demo: install
 test: test-unit test-notebooks test-browser
 
 # Two workers of one thread each: most tests drive a tiny model that one thread already keeps busy,
-# and two multi-threaded processes on two cores slow each other down. A test that fails there is run
-# again alone (--lf), so only what also fails on its own fails the target.
+# and two multi-threaded processes on two cores slow each other down. --dist worksteal lets an idle
+# worker take tests queued on the busy one (tests/conftest.py queues the slowest first). A test that
+# fails there is run again alone (--lf), so only what also fails on its own fails the target.
 test-unit: install
-	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests --ignore=tests/browser || \
+	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist worksteal tests --ignore=tests/browser || \
 	  AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --lf tests --ignore=tests/browser
 
 # Two notebooks at a time, each kernel on one thread (it inherits OMP_NUM_THREADS): the tiny model

@@ -241,6 +241,11 @@ def _with_lora(model, settings: LoraSettings, adapter: str | None, quantization:
 
 # ---------------------------------------------------------------------------- the policy
 
+def right_padded(mask: torch.Tensor) -> bool:
+    """Whether every row of an attention mask (B, L) is its ones followed by its zeros (or no padding)."""
+    return bool((mask[:, 1:] <= mask[:, :-1]).all())
+
+
 def shared_prompts(ids: torch.Tensor, mask: torch.Tensor, only: torch.Tensor) -> tuple[list[int], list[int]] | None:
     """Which rows of right-padded ``ids`` (B, L) may share a prompt pass: (starts, owner) where row b's
     tokens before ``starts[b]`` (its first scored position in ``only`` (B, L-1)) equal those of row
@@ -327,7 +332,10 @@ class Policy:
         """Logits (B, L, V) for right- or left-padded ids (B, L); position ids follow the mask.
         ``model_kwargs`` go to the model (e.g. ``logits_to_keep``)."""
         pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=hidden,
+        # Right padding under a causal model: no real token can attend to a pad (pads only follow it), so
+        # the mask changes nothing at real positions, yet it keeps attention off its faster causal kernel.
+        attention_mask = None if right_padded(mask) else mask
+        return self.model(input_ids=ids, attention_mask=attention_mask, position_ids=pos, output_hidden_states=hidden,
                           **model_kwargs)
 
     def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False,

@@ -7,8 +7,8 @@ import pytest
 os.environ.setdefault("AGENTLAB_PROFILE", "ci")
 
 # The slowest tests under `make test-unit` (pytest --durations, two workers), slowest first. Queued
-# ahead of the rest, they run while the short tests fill the other worker, instead of one of them
-# starting last and keeping a worker busy for three minutes after the other has finished.
+# ahead of the rest (the Makefile's --dist worksteal then lets an idle worker take what is left on the
+# busy one), no long test starts last and keeps one worker busy while the other waits.
 SLOWEST_FIRST = ["test_ppo_training_raises_held_out_greedy_success", "test_update_memory_stays_flat_as_the_batch_grows",
                  "test_grpo_training_raises_held_out_greedy_success", "test_demo_writes_the_contract",
                  "test_ppo_critic_explains_some_return", "test_processes_started_together_build_the_tiny_policy_once",

@@ -213,3 +213,34 @@ def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantizatio
         assert torch.allclose(outs[0][key], outs[1][key], atol=1e-5), key
     assert torch.allclose(outs[0]["hidden"][real], outs[1]["hidden"][real], atol=1e-5)
     assert (grads[0] - grads[1]).norm() < 1e-4 * grads[0].norm(), (grads[0] - grads[1]).norm() / grads[0].norm()
+
+
+def test_right_padded_rows_score_the_same_without_the_padding_mask(tiny_path, monkeypatch):
+    """A right-padded batch goes through the model without its mask (the causal kernel); at every real
+    position its logprobs, entropies, hidden states and gradients must be those of the masked pass."""
+    import agentlab.policy as policy_module
+
+    policy = load_policy(str(tiny_path), lora=LoraSettings(r=4))
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rows = [policy.prompt_ids("sys", "a longer question than the other") + policy.encode("guess(8)"),
+            policy.prompt_ids("sys", "short")]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [policy.pad_id] * (width - len(r)) for r in rows])  # right padded
+    attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    assert policy_module.right_padded(attn) and not policy_module.right_padded(attn.flip(1))
+    real = attn[:, 1:].bool()  # positions that score a real token
+    outs, grads = [], []
+    for fast in (True, False):
+        monkeypatch.setattr(policy_module, "right_padded", lambda mask, fast=fast: fast)
+        out = policy.score(ids, attn, temperature=0.7, entropy=True, hidden=True)
+        policy.model.zero_grad()
+        (out["logp"] * real).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+        outs.append(out)
+    for key in ("logp", "entropy"):
+        assert torch.allclose(outs[0][key][real], outs[1][key][real], atol=1e-5)
+    assert torch.allclose(outs[0]["hidden"][attn.bool()], outs[1]["hidden"][attn.bool()], atol=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-5)
+    assert not torch.allclose(outs[0]["hidden"][~attn.bool()], outs[1]["hidden"][~attn.bool()])  # the paths differ
