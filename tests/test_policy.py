@@ -10,6 +10,18 @@ from agentlab.profiles import profile
 from agentlab.tiny import build_tiny
 
 
+def nudge_adapter(policy) -> None:
+    """Move the LoRA weights off their start (B is zero there), as training would."""
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+
+
+def adapter_grad(policy) -> torch.Tensor:
+    """The trainable parameters' gradients, flattened into one vector."""
+    return torch.cat([p.grad.flatten() for p in policy.trainable_parameters()])
+
+
 def test_profiles_choose_sizes_in_one_place(monkeypatch):
     monkeypatch.setenv("AGENTLAB_PROFILE", "cpu")
     assert profile().name == "cpu"
@@ -81,9 +93,7 @@ def test_lora_step_changes_only_the_adapter(tiny_path, quantization):
 def test_reference_logprobs_equal_the_base_model(tiny_path):
     base = load_policy(str(tiny_path))
     policy = load_policy(str(tiny_path), lora=LoraSettings(r=4))
-    with torch.no_grad():
-        for p in policy.trainable_parameters():
-            p.add_(0.05 * torch.randn_like(p))  # a trained adapter: the policy now differs from the base
+    nudge_adapter(policy)  # a trained adapter: the policy now differs from the base
     ids = torch.tensor([base.prompt_ids("sys", "guess") + base.encode("guess(8)")])
     mask = torch.ones_like(ids)
     with torch.no_grad():
@@ -98,9 +108,7 @@ def test_scoring_only_the_action_positions_changes_nothing_there(tiny_path, quan
     """`score(only=mask)` applies the output layer to the masked positions alone; their logprobs,
     entropies and gradients must be those of the full pass."""
     policy = load_policy(str(tiny_path), quantization=quantization, lora=LoraSettings(r=4))
-    with torch.no_grad():
-        for p in policy.trainable_parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    nudge_adapter(policy)
     rows = [policy.prompt_ids("sys", "guess") + policy.encode("guess(8)"), policy.prompt_ids("sys", "a longer question")]
     width = max(map(len, rows))
     ids = torch.tensor([[policy.pad_id] * (width - len(r)) + r for r in rows])  # left padded
@@ -116,7 +124,7 @@ def test_scoring_only_the_action_positions_changes_nothing_there(tiny_path, quan
     for out in (full, part):
         policy.model.zero_grad()
         (out["logp"] * only).sum().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+        grads.append(adapter_grad(policy))
     assert torch.allclose(grads[0], grads[1], atol=1e-5)
 
 
@@ -192,9 +200,7 @@ def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantizatio
 
     torch.manual_seed(0)
     policy = load_policy(str(warm_path), quantization=quantization, lora=LoraSettings(r=4))
-    with torch.no_grad():
-        for p in policy.trainable_parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    nudge_adapter(policy)
     seeds = [0, 0, 0, 1, 1, 2]  # two groups of 3 and 2 that share their prompt, and one row alone
     trajs = rollout(make_envs("agentlab/GuessNumber-v0", 6), policy, SamplingSettings(max_new_tokens=8), seeds=seeds,
                     generator=torch.Generator().manual_seed(0))
@@ -208,7 +214,7 @@ def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantizatio
         out = policy.score(b["ids"], b["attn"], temperature=0.7, entropy=True, hidden=True, only=only)
         ((out["logp"] * only).sum() + out["hidden"][real].square().mean()).backward()
         outs.append(out)
-        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+        grads.append(adapter_grad(policy))
     for key in ("logp", "entropy"):
         assert torch.allclose(outs[0][key], outs[1][key], atol=1e-5), key
     assert torch.allclose(outs[0]["hidden"][real], outs[1]["hidden"][real], atol=1e-5)
@@ -221,9 +227,7 @@ def test_right_padded_rows_score_the_same_without_the_padding_mask(tiny_path, mo
     import agentlab.policy as policy_module
 
     policy = load_policy(str(tiny_path), lora=LoraSettings(r=4))
-    with torch.no_grad():
-        for p in policy.trainable_parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    nudge_adapter(policy)
     rows = [policy.prompt_ids("sys", "a longer question than the other") + policy.encode("guess(8)"),
             policy.prompt_ids("sys", "short")]
     width = max(map(len, rows))
@@ -237,7 +241,7 @@ def test_right_padded_rows_score_the_same_without_the_padding_mask(tiny_path, mo
         out = policy.score(ids, attn, temperature=0.7, entropy=True, hidden=True)
         policy.model.zero_grad()
         (out["logp"] * real).sum().backward()
-        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+        grads.append(adapter_grad(policy))
         outs.append(out)
     for key in ("logp", "entropy"):
         assert torch.allclose(outs[0][key][real], outs[1][key][real], atol=1e-5)
