@@ -8,8 +8,7 @@ and read the diagnostics:
 
     runs = shortcut_runs()                 # S18, S5    notebook 03 §6: WebSearch, "search once, then finish"
     runs = credit_runs()                   # S19        notebook 04 §7: PPO's turn-level GAE vs GRPO on larger mazes
-    runs = reward_hacking_runs()           # S12        Code's analysis tasks paid for "it ran" (not in a notebook:
-                                           #            the tiny policy's warm-up rarely writes code that compiles)
+    runs = reward_hacking_runs()           # S12        notebook 08 §5: Code's analysis tasks paid for "it ran"
     result = train(runs["..."], callbacks=[dashboard])
 
 Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run (or the baseline) first and then
@@ -171,13 +170,22 @@ def submissions_table(trajs: Sequence[Trajectory]) -> dict[str, dict[str, float]
     return table
 
 
+def submission_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """``{"kind/<kind>": share of the episodes}`` for every kind of `classify_submission`."""
+    return {f"kind/{kind}": row["share"] for kind, row in submissions_table(trajs).items()}
+
+
 # ============================================================================ the recipes
 
 WEBSEARCH, CODE, GUESS, MAZE = "agentlab/WebSearch-v0", "agentlab/Code-v0", "agentlab/GuessNumber-v0", "agentlab/Maze-v0"
 # Warm-ups made for one experiment each: the env's easiest relevant level only, so that they take a
 # few minutes to build (the env plans in `agentlab.warmup.WARM_UPS` cover every level and take longer).
 SHORTCUT_WARM_UP = WarmUp(levels=(0,), episodes=1000, steps=300)
-HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=150, env_kwargs=(("analysis_share", 1.0),))
+# The analysis warm-up shows the header hack in 30% of its episodes (the rest: the reference program, run
+# then submitted). With 150 SFT steps no sampled program compiled and neither reward had anything to pay;
+# with 300 no sampled program computed anything; 600 leave both habits for RL to choose between.
+HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=600, imperfect_share=0.3,
+                         env_kwargs=(("analysis_share", 1.0), ("careless_analysis", "field_names")))
 
 
 def _base(env_id: str, policy: str, prof: Profile, seed: int, **changes) -> TrainConfig:
@@ -214,7 +222,8 @@ def shortcut_runs(prof: Profile | None = None, seed: int = 0, updates: int = 10)
 
 
 def reward_hacking_runs(prof: Profile | None = None, seed: int = 0, updates: int = 8) -> dict[str, TrainConfig]:
-    """S12 on Code's data-analysis tasks (difficulty 3, analysis only):
+    """S12 on Code's data-analysis tasks (difficulty 3, analysis only), from a warm-up that writes
+    the reference program most of the time and prints the header (the hack) otherwise:
 
     * ``ran``: the hackable reward, 1.0 for any submission that exits cleanly and prints something;
     * ``exact``: the cure, 1.0 only when the printed number equals the answer on a freshly seeded

@@ -1,14 +1,15 @@
 """Failure modes that emerge from training: the recipes of `agentlab.phenomena` over several seeds.
 
-For each experiment (the shortcut, S18/S5; credit assignment, S19) every run starts from the
+For each experiment (reward hacking, S12; the shortcut, S18/S5; credit assignment, S19) every run starts from the
 same warmed tiny policy and is measured greedily before and after on held-out tasks that no run
 trains on. The table gives each number's mean over the seeds and its range: the notebooks'
-assert margins (03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired
+assert margins (08 §5, 03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired
 comparisons (run A minus run B on the same seed), are also written to
 ``$TMPDIR/bench-phenomena.json``.
 
     python -m bench.run --only phenomena --merge
     python -m bench.phenomena --seeds 0 1 2
+    python -m bench.phenomena --recipes reward_hacking_runs
 """
 
 from __future__ import annotations
@@ -26,35 +27,49 @@ from bench.common import progress, table
 
 SEEDS = (0, 1, 2)
 HELD_OUT = 40  # held-out tasks per experiment, as in the notebooks
-# (experiment, recipe, difficulty of the held-out tasks, the numbers that tell the story)
+SAMPLES = 3  # sampled episodes per held-out task, where an experiment reads sampled behaviour too
+HACK_KEYS = ["success_rate", "mean_return", "kind/real analysis", "kind/prints without computing",
+             "kind/does not compile"]
+# (experiment, recipe, difficulty of the held-out tasks, the numbers that tell the story, the held-out
+# tasks' env settings, and whether to measure sampled episodes too: their keys start with "sampled/")
 EXPERIMENTS = {
+    "reward hacking (S12): Code's analysis tasks, \"ran\" against \"exact\"": (
+        "reward_hacking_runs", 3, HACK_KEYS + [f"sampled/{k}" for k in HACK_KEYS], {"analysis_share": 1.0}, True),
     "shortcut (S18, S5): WebSearch, sparse reward": (
         "shortcut_runs", 0, ["success_rate", "return_per_turn", "mean_turns", "action/read", "action/finish",
-                             "invalid_rate"]),
+                             "invalid_rate"], {}, False),
     "credit assignment (S19): 6x6 mazes, `closer` sub-goal reward": (
-        "credit_runs", 1, ["success_rate", "mean_return", "mean_turns", "step/optimal_move", "repeat_rate"]),
+        "credit_runs", 1, ["success_rate", "mean_return", "mean_turns", "step/optimal_move", "repeat_rate"], {}, False),
 }
 
 
-def measure(recipe: str, difficulty: int, seed: int, out: Path) -> dict:
+def measure(recipe: str, difficulty: int, seed: int, out: Path, held_kwargs: dict | None = None,
+            sampled: bool = False) -> dict:
     """{run: {"before": signature, "after": signature, "seconds": training time}} for one seed."""
     from agentlab import phenomena as P
     from agentlab.policy import load_policy
     from agentlab.profiles import profile
     from agentlab.train import train
 
+    def describe(policy, cfg) -> dict:
+        greedy = P.held_out(policy, cfg, tasks)
+        found = {**P.signature(greedy), **P.submission_shares(greedy)}
+        if sampled:
+            draws = P.held_out(policy, cfg, tasks * SAMPLES, greedy=False, seed=1)
+            found.update({f"sampled/{k}": v for k, v in {**P.signature(draws), **P.submission_shares(draws)}.items()})
+        return found
+
     runs = getattr(P, recipe)(profile("ci"), seed=seed)
     first = next(iter(runs.values()))
-    tasks = P.held_out_tasks(first.env_id, difficulty, HELD_OUT)
+    tasks = P.held_out_tasks(first.env_id, difficulty, HELD_OUT, held_kwargs)
     start = load_policy(first.policy)
     found = {}
     for name, cfg in runs.items():
         cfg = dataclasses.replace(cfg, out_dir=str(out / cfg.name))
         t0 = time.time()
         result = train(cfg, progress=False)
-        found[name] = {"before": P.signature(P.held_out(start, cfg, tasks)),
-                       "after": P.signature(P.held_out(result.policy, cfg, tasks)),
-                       "seconds": time.time() - t0}
+        seconds = time.time() - t0
+        found[name] = {"before": describe(start, cfg), "after": describe(result.policy, cfg), "seconds": seconds}
     return found
 
 
@@ -73,16 +88,20 @@ def section(title: str, keys: list[str], per_seed: list[dict]) -> str:
     return "\n".join([f"### {title}", "", table(["run", "", *keys, "training"], rows), ""])
 
 
-def run(quick: bool = False, seeds: tuple[int, ...] = SEEDS) -> str:
+def run(quick: bool = False, seeds: tuple[int, ...] = SEEDS, recipes: tuple[str, ...] | None = None) -> str:
     seeds = seeds[:1] if quick else seeds
     parts = [f"Each number: the mean over seeds {', '.join(map(str, seeds))} and, in brackets, the lowest and highest. "
              f"Greedy, on {HELD_OUT} held-out tasks (`agentlab.phenomena.held_out_tasks`), before and after each run "
              "of the `ci` profile's recipe in `agentlab/phenomena.py`; *training* is the wall time of one run "
-             "(rollouts and updates, without the evaluation).", ""]
+             f"(rollouts and updates, without the evaluation). A *sampled/* column: {SAMPLES} episodes per held-out "
+             "task at the run's temperature; *kind/*: the share of episodes whose submission is of that kind "
+             "(`agentlab.phenomena.classify_submission`).", ""]
     raw = {}
+    chosen = {t: e for t, e in EXPERIMENTS.items() if recipes is None or e[0] in recipes}
     with tempfile.TemporaryDirectory(prefix="bench-phenomena-") as tmp:
-        for title, (recipe, difficulty, keys) in progress(EXPERIMENTS.items(), "phenomena"):
-            per_seed = [measure(recipe, difficulty, seed, Path(tmp) / f"{recipe}-{seed}") for seed in seeds]
+        for title, (recipe, difficulty, keys, held_kwargs, sampled) in progress(chosen.items(), "phenomena"):
+            per_seed = [measure(recipe, difficulty, seed, Path(tmp) / f"{recipe}-{seed}", held_kwargs, sampled)
+                        for seed in seeds]
             raw[recipe] = per_seed
             parts.append(section(title, keys, per_seed))
             print(parts[-1], flush=True)
@@ -94,5 +113,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--recipes", nargs="+", help="only these recipes, e.g. reward_hacking_runs")
     args = ap.parse_args()
-    print(run(args.quick, tuple(args.seeds)))
+    print(run(args.quick, tuple(args.seeds), tuple(args.recipes) if args.recipes else None))

@@ -54,6 +54,8 @@ def test_submission_is_read_from_the_last_action_as_the_env_reads_it():
     assert table["no submission"]["share"] == pytest.approx(1 / 3)  # the episode stopped before a submit
     assert np.isnan(table["memorised number"]["ran"])  # no such submission: no rate
     assert sum(row["share"] for row in table.values()) == pytest.approx(1.0)
+    shares = P.submission_shares([hacked, hacked, play(env, ["run(print(1))"], task)])
+    assert shares["kind/prints without computing"] == pytest.approx(2 / 3) and shares["kind/real analysis"] == 0.0
 
 
 def test_code_analysis_share_picks_the_family_and_keeps_the_default_stream():
@@ -66,9 +68,26 @@ def test_code_analysis_share_picks_the_family_and_keeps_the_default_stream():
         CodeEnv(analysis_share=1.5)
 
 
+def test_the_careless_analysis_habit_can_be_the_header_hack():
+    task = CodeEnv(analysis_share=1.0).generate_task(np.random.default_rng(3), 3)
+    submitted = {}
+    for habit in ("near_miss", "field_names"):
+        env = CodeEnv(analysis_share=1.0, analysis_reward="ran", careless_analysis=habit)
+        episode = play(env, lambda e: e.imperfect_action(np.random.default_rng(0)), task)
+        submitted[habit] = (P.classify_submission(P.submission(episode)), episode.infos[-1]["checks"]["ran"])
+    assert submitted == {"near_miss": ("real analysis", True), "field_names": ("prints without computing", True)}
+    function_task = CodeEnv(analysis_share=0.0).generate_task(np.random.default_rng(3), 3)
+    env = CodeEnv(careless_analysis="field_names")
+    env.reset(options={"task": function_task})
+    careless = env.imperfect_action(np.random.default_rng(0))
+    assert careless == f"submit(\n{function_task.data['near_miss']}\n)"  # function tasks keep their near miss
+    with pytest.raises(ValueError, match="careless_analysis"):
+        CodeEnv(careless_analysis="header")
+
+
 def test_a_plans_env_kwargs_stay_out_of_the_cache_key_unless_set():
     assert all("env_kwargs" not in _recipe(plan) for plan in WARM_UPS.values())  # existing warm-ups keep their key
-    assert _recipe(P.HACKING_WARM_UP)["env_kwargs"] == (("analysis_share", 1.0),)
+    assert _recipe(P.HACKING_WARM_UP)["env_kwargs"] == (("analysis_share", 1.0), ("careless_analysis", "field_names"))
 
 
 def traj(actions, logprobs=()):
