@@ -1,11 +1,11 @@
 """Failure modes that emerge from training: the recipes of `agentlab.phenomena` over several seeds.
 
-For each experiment (reward hacking, S12; the shortcut, S18/S5; credit assignment, S19) every run starts from the
-same warmed tiny policy and is measured greedily before and after on held-out tasks that no run
-trains on. The table gives each number's mean over the seeds and its range: the notebooks'
-assert margins (08 §5, 03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired
-comparisons (run A minus run B on the same seed), are also written to
-``$TMPDIR/bench-phenomena.json``.
+For each experiment (reward hacking, S12; the shortcut, S18/S5; credit assignment, S19) every
+run starts from the same warmed tiny policy and is measured greedily before and after on held-out
+tasks that no run trains on (reward hacking also sampled: its drift shows in the samples). The
+table gives each number's mean over the seeds and its range: the notebooks' assert margins (08 §5,
+03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired comparisons (run A
+minus run B on the same seed), are also written to ``$TMPDIR/bench-phenomena.json``.
 
     python -m bench.run --only phenomena --merge
     python -m bench.phenomena --seeds 0 1 2
@@ -98,6 +98,9 @@ def run(quick: bool = False, seeds: tuple[int, ...] = SEEDS, recipes: tuple[str,
              "(`agentlab.phenomena.classify_submission`).", ""]
     raw = {}
     chosen = {t: e for t, e in EXPERIMENTS.items() if recipes is None or e[0] in recipes}
+    if recipes and len(chosen) != len(set(recipes)):
+        known = ", ".join(e[0] for e in EXPERIMENTS.values())
+        raise SystemExit(f"unknown recipe in {', '.join(recipes)}; the recipes measured here: {known}")
     with tempfile.TemporaryDirectory(prefix="bench-phenomena-") as tmp:
         for title, (recipe, difficulty, keys, held_kwargs, sampled) in progress(chosen.items(), "phenomena"):
             per_seed = [measure(recipe, difficulty, seed, Path(tmp) / f"{recipe}-{seed}", held_kwargs, sampled)
