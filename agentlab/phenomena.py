@@ -175,6 +175,18 @@ def submission_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
     return {f"kind/{kind}": row["share"] for kind, row in submissions_table(trajs).items()}
 
 
+def held_out_numbers(policy, cfg, tasks: Sequence[Task], samples: int = 0) -> dict[str, float]:
+    """`signature` and `submission_shares` of greedy episodes on ``tasks`` and, if ``samples``, the same
+    of ``samples`` sampled episodes per task under keys starting with ``sampled/`` (a drift the greedy
+    policy hides shows in the samples, e.g. the reward hack of notebook 08 §5)."""
+    greedy = held_out(policy, cfg, tasks)
+    found = {**signature(greedy), **submission_shares(greedy)}
+    if samples:
+        draws = held_out(policy, cfg, list(tasks) * samples, greedy=False, seed=1)
+        found.update({f"sampled/{k}": v for k, v in {**signature(draws), **submission_shares(draws)}.items()})
+    return found
+
+
 # ============================================================================ the recipes
 
 WEBSEARCH, CODE, GUESS, MAZE = "agentlab/WebSearch-v0", "agentlab/Code-v0", "agentlab/GuessNumber-v0", "agentlab/Maze-v0"

@@ -51,14 +51,6 @@ def measure(recipe: str, difficulty: int, seed: int, out: Path, held_kwargs: dic
     from agentlab.profiles import profile
     from agentlab.train import train
 
-    def describe(policy, cfg) -> dict:
-        greedy = P.held_out(policy, cfg, tasks)
-        found = {**P.signature(greedy), **P.submission_shares(greedy)}
-        if sampled:
-            draws = P.held_out(policy, cfg, tasks * SAMPLES, greedy=False, seed=1)
-            found.update({f"sampled/{k}": v for k, v in {**P.signature(draws), **P.submission_shares(draws)}.items()})
-        return found
-
     runs = getattr(P, recipe)(profile("ci"), seed=seed)
     first = next(iter(runs.values()))
     tasks = P.held_out_tasks(first.env_id, difficulty, HELD_OUT, held_kwargs)
@@ -69,7 +61,9 @@ def measure(recipe: str, difficulty: int, seed: int, out: Path, held_kwargs: dic
         t0 = time.time()
         result = train(cfg, progress=False)
         seconds = time.time() - t0
-        found[name] = {"before": describe(start, cfg), "after": describe(result.policy, cfg), "seconds": seconds}
+        samples = SAMPLES if sampled else 0
+        found[name] = {"before": P.held_out_numbers(start, cfg, tasks, samples),
+                       "after": P.held_out_numbers(result.policy, cfg, tasks, samples), "seconds": seconds}
     return found
 
 
