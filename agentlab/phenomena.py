@@ -178,12 +178,20 @@ def submission_shares(trajs: Sequence[Trajectory]) -> dict[str, float]:
 def held_out_numbers(policy, cfg, tasks: Sequence[Task], samples: int = 0) -> dict[str, float]:
     """`signature` and `submission_shares` of greedy episodes on ``tasks`` and, if ``samples``, the same
     of ``samples`` sampled episodes per task under keys starting with ``sampled/`` (a drift the greedy
-    policy hides shows in the samples, e.g. the reward hack of notebook 08 §5)."""
+    policy hides shows in the samples, e.g. the reward hack of notebook 08 §5), with how alike a task's
+    samples are: ``sampled/self_bleu`` (within each task's samples), ``sampled/distinct`` (different
+    action sequences per task) and ``sampled/entropy`` (nats per action token, `sampled_entropy`)."""
     greedy = held_out(policy, cfg, tasks)
     found = {**signature(greedy), **submission_shares(greedy)}
     if samples:
         draws = held_out(policy, cfg, list(tasks) * samples, greedy=False, seed=1)
         found.update({f"sampled/{k}": v for k, v in {**signature(draws), **submission_shares(draws)}.items()})
+        found["sampled/entropy"] = sampled_entropy(draws)
+        if samples > 1:  # draws run task by task `samples` times over; put each task's samples side by side
+            n = len(tasks)
+            groups = [draws[k * n + j] for j in range(n) for k in range(samples)]
+            found["sampled/self_bleu"] = M.group_self_bleu(["\n".join(t.actions) for t in groups], samples)
+            found["sampled/distinct"] = distinct_plays(groups, samples)
     return found
 
 

@@ -34,7 +34,8 @@ HACK_KEYS = ["success_rate", "mean_return", "kind/real analysis", "kind/prints w
 # tasks' env settings, and whether to measure sampled episodes too: their keys start with "sampled/")
 EXPERIMENTS = {
     "reward hacking (S12): Code's analysis tasks, \"ran\" against \"exact\"": (
-        "reward_hacking_runs", 3, HACK_KEYS + [f"sampled/{k}" for k in HACK_KEYS], {"analysis_share": 1.0}, True),
+        "reward_hacking_runs", 3, HACK_KEYS + [f"sampled/{k}" for k in HACK_KEYS + ["self_bleu", "distinct", "entropy"]],
+    {"analysis_share": 1.0}, True),
     "shortcut (S18, S5): WebSearch, sparse reward": (
         "shortcut_runs", 0, ["success_rate", "return_per_turn", "mean_turns", "action/read", "action/finish",
                              "invalid_rate"], {}, False),

@@ -113,6 +113,35 @@ def test_distinct_plays_per_group():
     assert P.distinct_plays(group, 2) == pytest.approx(1.5) and P.distinct_plays(group, 4) == 3
 
 
+def test_held_out_numbers_compare_each_tasks_samples_with_each_other(monkeypatch):
+    tasks = P.held_out_tasks(P.GUESS, 0, 3)
+
+    def fake_held_out(policy, cfg, episodes, greedy=True, seed=0):
+        # every sample of a task plays the same game, and each task its own: alike within a task only
+        played = [traj([f"guess({int(task.answer)})", f"guess({tasks.index(task)})"]) for task in episodes]
+        for t in played:
+            t.infos = [{"valid": True, "tool": "guess"}] * len(t.actions)
+        return played
+
+    monkeypatch.setattr(P, "held_out", fake_held_out)
+    found = P.held_out_numbers(None, None, tasks, samples=4)
+    assert found["sampled/distinct"] == 1.0 and found["sampled/self_bleu"] == pytest.approx(1.0)
+    assert "sampled/self_bleu" not in P.held_out_numbers(None, None, tasks, samples=1)
+
+
+def test_the_random_guesser_guesses_anything_still_possible():
+    env = agentlab.make(P.GUESS, careless="random").unwrapped
+    env.reset(options={"task": P.held_out_tasks(P.GUESS, 0, 1)[0]})
+    env.step("guess(4)")
+    lo, hi = env.lo, env.hi
+    rng = np.random.default_rng(0)
+    guesses = {int(env.imperfect_action(rng)[6:-1]) for _ in range(200)}
+    assert guesses == set(range(lo, hi + 1))  # uniform over what is still possible, nothing else
+    assert agentlab.make(P.GUESS).unwrapped.careless == "lowest"
+    with pytest.raises(ValueError, match="careless"):
+        agentlab.make(P.GUESS, careless="highest")
+
+
 def test_held_out_tasks_are_fixed_and_not_the_training_draws():
     tasks = P.held_out_tasks(P.WEBSEARCH, 0, 12)
     assert [t.id for t in tasks] == [t.id for t in P.held_out_tasks(P.WEBSEARCH, 0, 12)]

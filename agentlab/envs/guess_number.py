@@ -28,7 +28,10 @@ Info:
 
 Arguments:
     ``difficulty`` 0: 1..16 in 5 guesses; 1: a 32-number range at a random offset in 6;
-    2: 100 numbers in 8; 3: 1000 numbers in 11. Plus the `TextEnv` arguments.
+    2: 100 numbers in 8; 3: 1000 numbers in 11. ``careless`` what the biased demonstrator
+    guesses: ``"lowest"`` (default) the lowest number still possible, ``"random"`` any number
+    still possible, drawn uniformly (a warm-up from it samples many different games).
+    Plus the `TextEnv` arguments.
 
 Version history:
     v0: first version.
@@ -58,6 +61,12 @@ class GuessNumberEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "guess(8)"
+
+    def __init__(self, *args, careless: str = "lowest", **kwargs):
+        super().__init__(*args, **kwargs)
+        if careless not in ("lowest", "random"):
+            raise ValueError(f"careless must be 'lowest' or 'random', got {careless!r}")
+        self.careless = careless
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
         size, steps = LEVELS[int(np.clip(difficulty, 0, self.max_difficulty))]
@@ -107,6 +116,9 @@ class GuessNumberEnv(TextEnv):
         return f"guess({(self.lo + self.hi) // 2})"
 
     def imperfect_action(self, rng: np.random.Generator) -> str:
-        """A systematically lazy demonstrator: guesses the lowest number still possible."""
+        """A biased demonstrator: guesses the lowest number still possible (lazy, the same game every
+        time) or, with ``careless="random"``, any number still possible."""
+        if self.careless == "random":
+            return f"guess({int(rng.integers(self.lo, self.hi + 1))})"
         return f"guess({self.lo})"
 
