@@ -66,7 +66,9 @@ def sft(policy, demos: list[Trajectory], steps: int, batch_size: int, lr: float,
     size = min(batch_size, len(demos))
     losses = []
     policy.model.train()
-    for _ in tqdm(range(steps), desc="SFT", disable=not progress):
+    # In a notebook the bar is a widget and each redraw a message to the front end: every 2 s rather than
+    # every step keeps a warm-up of several minutes to a few hundred messages.
+    for _ in tqdm(range(steps), desc="SFT", disable=not progress, mininterval=2.0):
         start = int(rng.integers(len(demos) - size + 1))
         idx = by_length[start:start + size]
         batch = {k: v.to(device) for k, v in pad_batch([demos[i] for i in idx], policy.pad_id).items()}

@@ -35,7 +35,7 @@ HACK_KEYS = ["success_rate", "mean_return", "kind/real analysis", "kind/prints w
 EXPERIMENTS = {
     "reward hacking (S12): Code's analysis tasks, \"ran\" against \"exact\"": (
         "reward_hacking_runs", 3, HACK_KEYS + [f"sampled/{k}" for k in HACK_KEYS + ["self_bleu", "distinct", "entropy"]],
-    {"analysis_share": 1.0}, True),
+        {"analysis_share": 1.0}, True),
     "shortcut (S18, S5): WebSearch, sparse reward": (
         "shortcut_runs", 0, ["success_rate", "return_per_turn", "mean_turns", "action/read", "action/finish",
                              "invalid_rate"], {}, False),

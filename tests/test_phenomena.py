@@ -136,7 +136,7 @@ def test_the_random_guesser_guesses_anything_still_possible():
     lo, hi = env.lo, env.hi
     rng = np.random.default_rng(0)
     guesses = {int(env.imperfect_action(rng)[6:-1]) for _ in range(200)}
-    assert guesses == set(range(lo, hi + 1))  # uniform over what is still possible, nothing else
+    assert guesses == set(range(lo, hi + 1))  # every number still possible, and nothing else
     assert agentlab.make(P.GUESS).unwrapped.careless == "lowest"
     with pytest.raises(ValueError, match="careless"):
         agentlab.make(P.GUESS, careless="highest")
