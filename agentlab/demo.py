@@ -33,9 +33,9 @@ LAZY_SHARE = 0.6  # the lazy demonstrator's share of the demo's warm-up (GuessNu
 
 
 def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: str = DEMO_ENV) -> str:
-    """The demo's starting policy: on the tiny profiles GuessNumber's warm-up with ``LAZY_SHARE``
-    lazy episodes, on ``real-cpu`` the real model's warm-up on ``env_id`` (built and cached on
-    first use), on ``gpu`` the profile's instruct model."""
+    """The demo's starting policy: on the tiny profiles the warm-up on ``env_id`` (GuessNumber's with
+    ``LAZY_SHARE`` lazy episodes, another env's by its own plan), on ``real-cpu`` the real model's
+    warm-up on ``env_id`` (built and cached on first use), on ``gpu`` the profile's instruct model."""
     prof = profile(profile_name)
     share = LAZY_SHARE if full_id(env_id) == DEMO_ENV and prof.model == TINY else None
     return profile_policy_source(prof, envs=[full_id(env_id)], imperfect_share=share, progress=progress)
