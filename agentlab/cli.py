@@ -276,13 +276,17 @@ def setup_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--updates", type=int, default=None, help="default: the profile's")
     p.add_argument("--json", default=None, help="write the before/after summary here")
     p.add_argument("--out", default="runs/demo", help="run folder")
+    p.add_argument("--quantization", default="profile", choices=("profile", "none", "4bit", "8bit"),
+                   help="load the policy for RL in this precision (4bit: NF4, needs a GPU to be fast); default: the "
+                        "profile's")
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Warm up the profile's policy, train it with GRPO, and show success before and after."""
     from agentlab.demo import run_demo as demo
 
-    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env)
+    quantization = None if args.quantization == "none" else args.quantization
+    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization)
     return 0
 
 

@@ -17,6 +17,7 @@ warm-up on the env's demonstrations, evaluated on 40 held-out tasks (levels 0 an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from agentlab.algos import grpo
 from agentlab.envs import full_id
 from agentlab.profiles import TINY, profile
-from agentlab.train import TrainConfig, train
+from agentlab.train import TrainConfig, resolve, train
 from agentlab.warmup import profile_policy_source
 
 DEMO_ENV = "agentlab/GuessNumber-v0"
@@ -42,18 +43,19 @@ def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: 
 
 
 def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
-                policy: str | None = None, env_id: str = DEMO_ENV) -> TrainConfig:
-    """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`)."""
+                policy: str | None = None, env_id: str = DEMO_ENV, quantization: str | None = "profile") -> TrainConfig:
+    """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`);
+    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run."""
     prof = profile(profile_name)
     env_id = full_id(env_id)
     updates = updates or prof.rl_updates
     policy = policy or demo_policy(prof.name, env_id=env_id)
     if prof.model != TINY and prof.warm_up:
-        return real_model_config(prof, env_id, out_dir, updates, policy)
+        return dataclasses.replace(real_model_config(prof, env_id, out_dir, updates, policy), quantization=quantization)
     # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
     # lazy scan as much as a short bisection, which only blurs what the demo should show.
     return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
-                       policy=policy, reward_mode="outcome", out_dir=out_dir,
+                       policy=policy, reward_mode="outcome", out_dir=out_dir, quantization=quantization,
                        eval_every=max(4, updates // 3), checkpoint_every=10)
 
 
@@ -69,14 +71,15 @@ def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str
 
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
-             progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV) -> dict:
+             progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV,
+             quantization: str | None = "profile") -> dict:
     """Train the demo and return (and optionally write) its summary: the JSON that
     ``agentlab demo --json`` writes (keys in docs/design.md)."""
     prof = profile(profile_name)
     t0 = time.time()
     start = demo_policy(prof.name, progress, env_id)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
-    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id)
+    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id, quantization=quantization)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
     result = train(cfg, progress=progress)
@@ -84,7 +87,8 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     before, after = result.evals[0], result.evals[-1]
     keep = ("success_rate", "success_ci95", "mean_turns", "distinct_tasks")
     summary = {
-        "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "seconds": round(seconds, 1),
+        "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "quantization": resolve(cfg).quantization,
+        "seconds": round(seconds, 1),
         "warmup_seconds": round(t_warm, 1), "updates": len(result.history),
         "eval_episodes": before["episodes"],
         "before": {k: before[k] for k in keep}, "after": {k: after[k] for k in keep},
@@ -109,7 +113,8 @@ def report(summary: dict, out_dir: Path) -> str:
 
     b, a = summary["before"], summary["after"]
     lines = [
-        f"\n{summary['env']} - {summary['algo'].upper()} on the {summary['profile']} profile, "
+        f"\n{summary['env']} - {summary['algo'].upper()} on the {summary['profile']} profile"
+        f"{', ' + summary['quantization'] if summary.get('quantization') else ''}, "
         f"{summary['updates']} updates in {summary['seconds']:.0f} s",
         f"{'':24}{'before (SFT)':>16}{'after (RL)':>16}",
         f"{'greedy success':24}{b['success_rate']:>16.2f}{a['success_rate']:>16.2f}",

@@ -115,7 +115,7 @@ def load_policy(
     source = model_source(name_or_path)
     kwargs: dict = {"dtype": dtype}
     if quantization is not None:
-        kwargs["quantization_config"] = _bnb_config(quantization, dtype)
+        kwargs["quantization_config"] = _bnb_config(quantization, dtype, device)
         kwargs["device_map"] = {"": device if device != "cuda" else 0}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -144,7 +144,7 @@ def load_policy(
     return Policy(model, tokenizer, name=name_or_path, quantization=quantization)
 
 
-def _bnb_config(quantization: str, dtype: torch.dtype):
+def _bnb_config(quantization: str, dtype: torch.dtype, device: str = "cpu"):
     try:
         import bitsandbytes  # noqa: F401
         from transformers import BitsAndBytesConfig
@@ -153,7 +153,8 @@ def _bnb_config(quantization: str, dtype: torch.dtype):
             f"{quantization} loading needs bitsandbytes, which cannot be imported here ({err}). "
             "Install it (pip install bitsandbytes) or load without quantization."
         ) from err
-    fix_bitsandbytes_cpu()
+    if device == "cpu":  # the kernel it replaces runs on the CPU alone
+        fix_bitsandbytes_cpu()
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
@@ -190,8 +191,14 @@ def fix_bitsandbytes_cpu() -> bool:
 
     with warnings.catch_warnings():  # torch warns that a kernel is overridden: that is the point
         warnings.simplefilter("ignore", UserWarning)
-        torch.library.register_kernel("bitsandbytes::dequantize_4bit", "cpu", dequantize_4bit)
-    return True
+        try:
+            torch.library.register_kernel("bitsandbytes::dequantize_4bit", "cpu", dequantize_4bit)
+            return True
+        except RuntimeError as err:  # torch 2.11 (seen) refuses to override a kernel registered from Python
+            refused = err
+    warnings.warn(f"4-bit weights on this CPU may be dequantised inexactly: torch {torch.__version__} would not "
+                  f"replace bitsandbytes' CPU kernel ({refused}); torch 2.13 does", stacklevel=2)
+    return False
 
 
 def _keep_cpu_4bit_layout(model) -> None:

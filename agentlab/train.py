@@ -385,7 +385,9 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
                initial=start, total=cfg.updates)
     for update in bar:
         rng = np.random.default_rng([cfg.seed, update])
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
+        gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + update)  # sampling's draws
+        # the minibatch order is drawn on the CPU; there one stream serves both
+        order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
         t0 = time.perf_counter()
         trajs, retries = collect(policy, cfg, update, gen, rng)
         batch = trajs + retries
@@ -394,11 +396,11 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
             policy.model.train()  # transformers checkpoints layers in training mode only
         if cfg.algo == "grpo":
             rewards, shaping_info = episode_rewards(batch, cfg)
-            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=gen,
+            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=order,
                                 micro_batch_tokens=micro_batch_tokens)
         else:
             shaping_info = {}
-            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=gen,
+            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=order,
                                micro_batch_tokens=micro_batch_tokens)
         if cfg.gradient_checkpointing:
             policy.model.eval()  # and sampling in eval mode, with its KV cache

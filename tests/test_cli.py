@@ -101,6 +101,19 @@ def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys
     assert seen[0].env_id == "agentlab/GuessNumber-v0" and "0.25" in capsys.readouterr().out
 
 
+def test_demo_passes_its_quantization_to_the_run(monkeypatch, tmp_path):
+    import agentlab.demo
+
+    seen = []
+    monkeypatch.setattr(agentlab.demo, "run_demo", lambda *args, **kw: seen.append(kw["quantization"]))
+    for flag in ("4bit", "none", "profile"):
+        assert main(["demo", "--profile", "ci", "--quantization", flag, "--out", str(tmp_path)]) == 0
+    assert seen == ["4bit", None, "profile"]
+    cfg = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="Dialog", quantization="4bit")
+    assert cfg.quantization == "4bit" and cfg.temperature == 0.8  # the real-model recipe, in 4-bit
+    assert agentlab.demo.demo_config("ci", policy="warm").quantization == "profile"
+
+
 def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):
     import agentlab.train
 

@@ -191,6 +191,22 @@ def test_4bit_weights_read_back_exactly_in_rows_that_are_not_whole_blocks(tiny_p
     assert torch.equal(bnbf.dequantize_4bit(packed, state), expected)
 
 
+def test_a_torch_that_refuses_the_4bit_fix_gets_a_warning_not_a_crash(monkeypatch):
+    """torch 2.11 (seen on a GPU machine) refuses to replace a kernel registered from Python: the
+    fix must then say that 4-bit weights on this CPU may be inexact and let loading go on."""
+    from bitsandbytes.backends.cpu import ops as cpu_ops
+
+    from agentlab.policy import fix_bitsandbytes_cpu
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("This is not allowed since there's already a kernel registered from python")
+
+    monkeypatch.setattr(cpu_ops, "_has_avx512", True, raising=False)
+    monkeypatch.setattr(torch.library, "register_kernel", refuse)
+    with pytest.warns(UserWarning, match="dequantised inexactly"):
+        assert fix_bitsandbytes_cpu.__wrapped__() is False
+
+
 @pytest.mark.parametrize("quantization", [None, "4bit"])
 def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantization):
     """With ``share_prompts`` the rows that start with one prompt run it once (its keys and values
