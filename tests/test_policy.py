@@ -207,6 +207,16 @@ def test_a_torch_that_refuses_the_4bit_fix_gets_a_warning_not_a_crash(monkeypatc
         assert fix_bitsandbytes_cpu.__wrapped__() is False
 
 
+def test_the_4bit_cpu_fix_is_applied_to_cpu_loads_only(monkeypatch):
+    import agentlab.policy
+
+    calls = []
+    monkeypatch.setattr(agentlab.policy, "fix_bitsandbytes_cpu", lambda: calls.append(1))
+    for device in ("cuda", "cpu"):
+        agentlab.policy._bnb_config("4bit", torch.bfloat16, device)
+    assert calls == [1]  # on a GPU the CPU kernel is never used (and torch 2.11 refused the swap)
+
+
 @pytest.mark.parametrize("quantization", [None, "4bit"])
 def test_a_shared_prompt_scored_once_gives_the_plain_pass(warm_path, quantization):
     """With ``share_prompts`` the rows that start with one prompt run it once (its keys and values
