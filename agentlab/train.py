@@ -385,9 +385,10 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
                initial=start, total=cfg.updates)
     for update in bar:
         rng = np.random.default_rng([cfg.seed, update])
-        gen = torch.Generator(device=policy.device).manual_seed(cfg.seed * 1_000_003 + update)  # sampling's draws
+        seed = cfg.seed * 1_000_003 + update
+        gen = torch.Generator(device=policy.device).manual_seed(seed)  # sampling's draws
         # the minibatch order is drawn on the CPU; there one stream serves both
-        order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
+        order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(seed)
         t0 = time.perf_counter()
         trajs, retries = collect(policy, cfg, update, gen, rng)
         batch = trajs + retries

@@ -55,13 +55,14 @@ class NoGPU(RuntimeError):
     """Raised when this benchmark is started where no CUDA device is present."""
 
 
-def require_cuda() -> str:
-    """The GPU's name, or a clear error saying why this benchmark cannot run here."""
+def require_cuda(script: str = "bench/gpu.py",
+                 instead: str = "`python -m bench.gpu --check` verifies the configs without one") -> str:
+    """The GPU's name, or a clear error saying why ``script`` cannot run here and what to run ``instead``."""
     if not torch.cuda.is_available():
         raise NoGPU(
-            "bench/gpu.py needs an NVIDIA GPU with CUDA, and torch.cuda.is_available() is False here "
+            f"{script} needs an NVIDIA GPU with CUDA, and torch.cuda.is_available() is False here "
             f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}). Run it on a machine with "
-            "a GPU and a CUDA build of torch; `python -m bench.gpu --check` verifies the configs without one.")
+            f"a GPU and a CUDA build of torch; {instead}.")
     return torch.cuda.get_device_name(0)
 
 

@@ -71,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--append", default=None, help="append the table to this markdown file")
     args = parser.parse_args(argv)
     from bench.common import go_offline
+    from bench.gpu import NoGPU, require_cuda
 
     go_offline()
-    if not torch.cuda.is_available():
-        print(f"error: bench/gpu_real.py needs an NVIDIA GPU with CUDA, and torch.cuda.is_available() is False here "
-              f"(torch {torch.__version__}). On a CPU the same run is `agentlab demo --profile real-cpu --env SQL`.",
-              file=sys.stderr)
+    try:
+        gpu = require_cuda("bench/gpu_real.py", "on a CPU the same run is `agentlab demo --profile real-cpu --env SQL`")
+    except NoGPU as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    gpu = torch.cuda.get_device_name(0)
     quantization = None if args.quantization == "none" else args.quantization
     rows = []
     for env in [e.strip() for e in args.envs.split(",") if e.strip()]:
