@@ -279,6 +279,7 @@ def setup_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default="profile", choices=("profile", "none", "4bit", "8bit"),
                    help="load the policy for RL in this precision (4bit: NF4, needs a GPU to be fast); default: the "
                         "profile's")
+    p.add_argument("--lr", type=float, default=None, help="the RL learning rate (default: the profile's)")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -286,7 +287,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from agentlab.demo import run_demo as demo
 
     quantization = None if args.quantization == "none" else args.quantization
-    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization)
+    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization,
+         lr=args.lr)
     return 0
 
 

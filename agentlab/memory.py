@@ -25,6 +25,7 @@ run early instead of letting it be killed.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,8 +182,23 @@ def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes)
 # ---------------------------------------------------------------------------- the machine
 
 def available_bytes(device: str | torch.device = "cpu") -> float | None:
-    """Memory a run can still take: free CUDA memory, else MemAvailable (capped by a cgroup limit); None if unknown."""
-    device = torch.device(device)
+    """Memory a run can still take: free CUDA memory, else MemAvailable (capped by a cgroup limit), and
+    at most ``AGENTLAB_MEMORY_GB`` when that is set; None if unknown."""
+    free = _free_bytes(torch.device(device))
+    cap = os.environ.get("AGENTLAB_MEMORY_GB")
+    if not cap:
+        return free
+    try:
+        cap_bytes = float(cap) * 2**30
+    except ValueError:
+        raise ValueError(f"AGENTLAB_MEMORY_GB must be a number of GiB, e.g. 8, got {cap!r}") from None
+    if not cap_bytes > 0:
+        raise ValueError(f"AGENTLAB_MEMORY_GB must be above 0, got {cap!r}")
+    # runs that share one machine each size their micro-batches from its whole free memory otherwise
+    return cap_bytes if free is None else min(free, cap_bytes)
+
+
+def _free_bytes(device: torch.device) -> float | None:
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[0])
     meminfo = Path("/proc/meminfo")

@@ -114,6 +114,19 @@ def test_demo_passes_its_quantization_to_the_run(monkeypatch, tmp_path):
     assert agentlab.demo.demo_config("ci", policy="warm").quantization == "profile"
 
 
+def test_demo_passes_its_learning_rate_to_the_run(monkeypatch, tmp_path):
+    import agentlab.demo
+
+    seen = []
+    monkeypatch.setattr(agentlab.demo, "run_demo", lambda *args, **kw: seen.append(kw["lr"]))
+    assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--profile", "ci", "--out", str(tmp_path)]) == 0
+    assert seen == [2e-4, None]
+    for name in ("real-cpu", "ci"):  # the real-model recipe and the tiny one
+        assert agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", lr=3e-4).lr == 3e-4
+        assert agentlab.demo.demo_config(name, policy="warm", env_id="Dialog").lr is None  # the profile's
+
+
 def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):
     import agentlab.train
 

@@ -178,6 +178,20 @@ def test_update_memory_stays_flat_as_the_batch_grows():
         assert 1.0 < r["estimate"] / r["peak"] < 1.5, r
 
 
+def test_agentlab_memory_gb_caps_what_a_run_may_take(monkeypatch):
+    monkeypatch.delenv("AGENTLAB_MEMORY_GB", raising=False)
+    free = memory.available_bytes("cpu")
+    assert free is not None and free > 2**30, "this machine reports its free memory"
+    monkeypatch.setenv("AGENTLAB_MEMORY_GB", "0.5")
+    assert memory.available_bytes("cpu") == 0.5 * 2**30
+    monkeypatch.setenv("AGENTLAB_MEMORY_GB", str(10 * free / 2**30))  # a cap above what is free changes nothing
+    assert abs(memory.available_bytes("cpu") - free) < 0.1 * free
+    for bad in ("eight", "0", "-2"):
+        monkeypatch.setenv("AGENTLAB_MEMORY_GB", bad)
+        with pytest.raises(ValueError, match="AGENTLAB_MEMORY_GB"):
+            memory.available_bytes("cpu")
+
+
 # ---------------------------------------------------------------------------- before the first rollout
 
 def test_a_run_that_cannot_fit_stops_before_any_rollout(tmp_path, warm_path, monkeypatch):
