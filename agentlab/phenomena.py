@@ -203,8 +203,9 @@ WEBSEARCH, CODE, GUESS, MAZE = "agentlab/WebSearch-v0", "agentlab/Code-v0", "age
 SHORTCUT_WARM_UP = WarmUp(levels=(0,), episodes=1000, steps=300)
 # The analysis warm-up shows the header hack in 30% of its episodes (the rest: the reference program, run
 # then submitted). With 150 SFT steps no sampled program compiled and neither reward had anything to pay;
-# with 300 no sampled program computed anything; 600 leave both habits for RL to choose between.
-HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=600, imperfect_share=0.3,
+# with 300 no sampled program computed anything; 600 leave both habits for RL to choose between. Steps of
+# 16 episodes rather than the profile's 32 halve the build, the longest of the notebooks' warm-ups.
+HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=600, imperfect_share=0.3, batch=16,
                          env_kwargs=(("analysis_share", 1.0), ("careless_analysis", "field_names")))
 
 

@@ -37,9 +37,10 @@ class WarmUp:
 
     levels: tuple[int, ...] = (0, 0, 1)  # difficulties demonstrated, cycled over the episodes
     episodes: int = 300  # distinct demonstrations
-    steps: int = 300  # SFT steps (of the profile's batch) when the env is warmed alone
+    steps: int = 300  # SFT steps (of `batch` episodes) when the env is warmed alone
     imperfect_share: float = 0.6  # share of episodes acted by the biased demonstrator
     env_kwargs: tuple = ()  # (name, value) pairs for the env that plays the demonstrations, e.g. (("analysis_share", 1.0),)
+    batch: int | None = None  # episodes per SFT step; None = the profile's `sft_batch`
 
 
 # Where the biased demonstrator rarely wins (SQL's careless query, Code's careless submission,
@@ -77,10 +78,11 @@ def warm_up_plan(env_id: str, model: str = TINY) -> WarmUp:
 
 
 def _recipe(plan: WarmUp) -> dict:
-    """A plan as it enters the cache key; ``env_kwargs`` only when set, so older plans keep their key."""
+    """A plan as it enters the cache key; ``env_kwargs`` and ``batch`` only when set, so older plans keep their key."""
     d = dataclasses.asdict(plan)
-    if not d["env_kwargs"]:
-        del d["env_kwargs"]
+    for field in ("env_kwargs", "batch"):
+        if not d[field]:
+            del d[field]
     return d
 
 
@@ -126,7 +128,12 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     if imperfect_share is not None:
         plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}
     steps = sum(plan.steps for plan in plans.values())
-    recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": prof.sft_batch, "lr": prof.sft_lr,
+    batches = {plan.batch or prof.sft_batch for plan in plans.values()}
+    if len(batches) > 1:  # one SFT run over every env's demonstrations has one batch size
+        raise ValueError(f"these envs' warm-up plans ask for different SFT batches {sorted(batches)}; warm them "
+                         "one env at a time, or pass one `plan` for all of them")
+    batch = batches.pop()
+    recipe = {"base": base.name, "envs": env_ids, "steps": steps, "batch": batch, "lr": prof.sft_lr,
               "episodes": sum(plan.episodes for plan in plans.values()), "seed": prof.seed,
               "warm_up": {e: _recipe(plan) for e, plan in plans.items()}, "version": 3}
     if prof.sft_lora_r:
@@ -147,7 +154,7 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
         t0 = time.time()
         demos = demonstrations(policy, env_ids, seed=prof.seed, imperfect_share=imperfect_share, model=prof.model, plan=plan)
         t_demo = time.time() - t0
-        losses = sft(policy, demos, steps, prof.sft_batch, prof.sft_lr, seed=prof.seed, progress=progress)
+        losses = sft(policy, demos, steps, batch, prof.sft_lr, seed=prof.seed, progress=progress)
         if lora:  # merged into the full-precision base, so that RL's reference is the warmed policy
             policy.model = policy.model.merge_and_unload()
         report = {**recipe, "demo_seconds": round(t_demo, 1), "sft_seconds": round(time.time() - t0 - t_demo, 1),

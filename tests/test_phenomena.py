@@ -85,9 +85,11 @@ def test_the_careless_analysis_habit_can_be_the_header_hack():
         CodeEnv(careless_analysis="header")
 
 
-def test_a_plans_env_kwargs_stay_out_of_the_cache_key_unless_set():
-    assert all("env_kwargs" not in _recipe(plan) for plan in WARM_UPS.values())  # existing warm-ups keep their key
+def test_a_plans_env_kwargs_and_batch_stay_out_of_the_cache_key_unless_set():
+    for field in ("env_kwargs", "batch"):
+        assert all(field not in _recipe(plan) for plan in WARM_UPS.values())  # existing warm-ups keep their key
     assert _recipe(P.HACKING_WARM_UP)["env_kwargs"] == (("analysis_share", 1.0), ("careless_analysis", "field_names"))
+    assert _recipe(P.HACKING_WARM_UP)["batch"] == 16
 
 
 def traj(actions, logprobs=()):

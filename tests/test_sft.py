@@ -87,6 +87,26 @@ def test_warm_recipe_sums_the_plans_and_changes_with_them(tmp_path, monkeypatch)
     assert warmup.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False) != path  # a new plan, a new policy
 
 
+def test_a_plan_may_set_its_own_sft_batch(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
+    batches = []
+
+    def no_training(policy, demos, steps, batch_size, *args, **kwargs):  # the batch SFT was asked for, no SFT
+        batches.append(batch_size)
+        return [2.0, 1.0]
+
+    monkeypatch.setattr(warmup, "sft", no_training)
+    prof = profile("ci")
+    own = dataclasses.replace(warm_up_plan(GUESS), episodes=8, steps=2, batch=4)
+    path = warmup.warm_policy_path(prof, envs=[GUESS], progress=False, plan=own)
+    default = warmup.warm_policy_path(prof, envs=[GUESS], progress=False, plan=dataclasses.replace(own, batch=None))
+    assert batches == [4, prof.sft_batch] and path != default  # each batch its own cached policy
+    assert json.loads((path / "sft.json").read_text())["batch"] == 4
+    monkeypatch.setitem(warmup.WARM_UPS, MAZE, dataclasses.replace(warm_up_plan(MAZE), batch=8))
+    with pytest.raises(ValueError, match="different SFT batches"):  # one SFT run cannot take two batch sizes
+        warmup.warm_policy_path(prof, envs=[GUESS, MAZE], progress=False)
+
+
 def test_warm_up_share_can_be_replaced(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
     openings = []
