@@ -280,6 +280,8 @@ def setup_demo(p: argparse.ArgumentParser) -> None:
                    help="load the policy for RL in this precision (4bit: NF4, needs a GPU to be fast); default: the "
                         "profile's")
     p.add_argument("--lr", type=float, default=None, help="the RL learning rate (default: the profile's)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="the temperature training episodes are sampled at (default: the recipe's; evaluation is greedy)")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -288,7 +290,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     quantization = None if args.quantization == "none" else args.quantization
     demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization,
-         lr=args.lr)
+         lr=args.lr, temperature=args.temperature)
     return 0
 
 

@@ -44,21 +44,28 @@ def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: 
 
 def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
                 policy: str | None = None, env_id: str = DEMO_ENV, quantization: str | None = "profile",
-                lr: float | None = None) -> TrainConfig:
+                lr: float | None = None, temperature: float | None = None) -> TrainConfig:
     """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`);
-    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run, ``lr`` its learning rate."""
+    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run, ``lr`` its learning rate
+    and ``temperature`` the one it samples its training episodes at (None: the recipe's)."""
     prof = profile(profile_name)
     env_id = full_id(env_id)
     updates = updates or prof.rl_updates
     policy = policy or demo_policy(prof.name, env_id=env_id)
     if prof.model != TINY and prof.warm_up:
-        return dataclasses.replace(real_model_config(prof, env_id, out_dir, updates, policy), quantization=quantization,
-                                   lr=lr)
-    # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
-    # lazy scan as much as a short bisection, which only blurs what the demo should show.
-    return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
-                       policy=policy, reward_mode="outcome", out_dir=out_dir, quantization=quantization, lr=lr,
-                       eval_every=max(4, updates // 3), checkpoint_every=10)
+        cfg = dataclasses.replace(real_model_config(prof, env_id, out_dir, updates, policy), quantization=quantization,
+                                  lr=lr)
+    else:
+        # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
+        # lazy scan as much as a short bisection, which only blurs what the demo should show.
+        cfg = TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
+                          policy=policy, reward_mode="outcome", out_dir=out_dir, quantization=quantization, lr=lr,
+                          eval_every=max(4, updates // 3), checkpoint_every=10)
+    if temperature is not None:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {temperature}")
+        cfg = dataclasses.replace(cfg, temperature=float(temperature))
+    return cfg
 
 
 def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str) -> TrainConfig:
@@ -74,14 +81,15 @@ def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
              progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV,
-             quantization: str | None = "profile", lr: float | None = None) -> dict:
+             quantization: str | None = "profile", lr: float | None = None, temperature: float | None = None) -> dict:
     """Train the demo and return (and optionally write) its summary: the JSON that
     ``agentlab demo --json`` writes (keys in docs/design.md)."""
     prof = profile(profile_name)
     t0 = time.time()
     start = demo_policy(prof.name, progress, env_id)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
-    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id, quantization=quantization, lr=lr)
+    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id, quantization=quantization, lr=lr,
+                      temperature=temperature)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
     result = train(cfg, progress=progress)
@@ -91,7 +99,7 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     ran = resolve(cfg)  # the profile's values filled in
     summary = {
         "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "quantization": ran.quantization, "lr": ran.lr,
-        "seconds": round(seconds, 1),
+        "temperature": ran.temperature, "seconds": round(seconds, 1),
         "warmup_seconds": round(t_warm, 1), "updates": len(result.history),
         "eval_episodes": before["episodes"],
         "before": {k: before[k] for k in keep}, "after": {k: after[k] for k in keep},

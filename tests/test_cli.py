@@ -114,17 +114,21 @@ def test_demo_passes_its_quantization_to_the_run(monkeypatch, tmp_path):
     assert agentlab.demo.demo_config("ci", policy="warm").quantization == "profile"
 
 
-def test_demo_passes_its_learning_rate_to_the_run(monkeypatch, tmp_path):
+def test_demo_passes_its_learning_rate_and_temperature_to_the_run(monkeypatch, tmp_path):
     import agentlab.demo
 
     seen = []
-    monkeypatch.setattr(agentlab.demo, "run_demo", lambda *args, **kw: seen.append(kw["lr"]))
-    assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--out", str(tmp_path)]) == 0
+    monkeypatch.setattr(agentlab.demo, "run_demo", lambda *args, **kw: seen.append((kw["lr"], kw["temperature"])))
+    assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--temperature", "0.9", "--out", str(tmp_path)]) == 0
     assert main(["demo", "--profile", "ci", "--out", str(tmp_path)]) == 0
-    assert seen == [2e-4, None]
-    for name in ("real-cpu", "ci"):  # the real-model recipe and the tiny one
-        assert agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", lr=3e-4).lr == 3e-4
-        assert agentlab.demo.demo_config(name, policy="warm", env_id="Dialog").lr is None  # the profile's
+    assert seen == [(2e-4, 0.9), (None, None)]
+    for name, recipe_temperature in (("real-cpu", 0.8), ("ci", 1.0)):  # the real-model recipe and the tiny one
+        cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", lr=3e-4, temperature=0.9)
+        assert (cfg.lr, cfg.temperature) == (3e-4, 0.9)
+        cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog")
+        assert (cfg.lr, cfg.temperature) == (None, recipe_temperature)  # the profile's rate, the recipe's temperature
+        with pytest.raises(ValueError, match="temperature must be above 0"):
+            agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", temperature=0)
 
 
 def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):

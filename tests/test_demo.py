@@ -15,6 +15,7 @@ def test_demo_writes_the_contract(tmp_path, capsys):
     assert {"env", "algo", "profile", "seconds", "eval_episodes", "before", "after"} <= set(doc)
     assert doc["env"] == "agentlab/GuessNumber-v0" and doc["algo"] == "grpo" and doc["profile"] == "ci"
     assert doc["lr"] == profile("ci").rl_lr and doc["quantization"] is None  # what the run used: the profile's
+    assert doc["temperature"] == 1.0  # the tiny demo's sampling temperature
     for side in ("before", "after"):
         rate = doc[side]["success_rate"]
         lo, hi = doc[side]["success_ci95"]
