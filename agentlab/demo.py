@@ -61,11 +61,7 @@ def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", upd
         cfg = TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
                           policy=policy, reward_mode="outcome", out_dir=out_dir, quantization=quantization, lr=lr,
                           eval_every=max(4, updates // 3), checkpoint_every=10)
-    if temperature is not None:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {temperature}")
-        cfg = dataclasses.replace(cfg, temperature=float(temperature))
-    return cfg
+    return cfg if temperature is None else dataclasses.replace(cfg, temperature=float(temperature))
 
 
 def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str) -> TrainConfig:

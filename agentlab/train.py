@@ -101,6 +101,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         # reads per-turn rewards, and no one way of spreading that change over the turns is right.
         raise ValueError("cfg.shaping (z-score, floor reward, diversity penalty) shapes episode rewards for GRPO's "
                          "groups; PPO learns from per-turn rewards: switch the shaping off or use algo='grpo'")
+    if not cfg.temperature > 0:  # training samples divide the logits by it
+        raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {cfg.temperature}")
     env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
     pick = lambda value, default: default if value is None else value  # noqa: E731
     return dataclasses.replace(

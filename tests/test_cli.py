@@ -14,6 +14,7 @@ import pytest
 
 from agentlab.budget import compute_budget
 from agentlab.cli import COMMANDS, build_parser, main
+from agentlab.train import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,8 +128,8 @@ def test_demo_passes_its_learning_rate_and_temperature_to_the_run(monkeypatch, t
         assert (cfg.lr, cfg.temperature) == (3e-4, 0.9)
         cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog")
         assert (cfg.lr, cfg.temperature) == (None, recipe_temperature)  # the profile's rate, the recipe's temperature
-        with pytest.raises(ValueError, match="temperature must be above 0"):
-            agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", temperature=0)
+        with pytest.raises(ValueError, match="temperature must be above 0"):  # checked where every run is resolved
+            resolve(agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", temperature=0))
 
 
 def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):
