@@ -53,14 +53,14 @@ def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", upd
     updates = updates or prof.rl_updates
     policy = policy or demo_policy(prof.name, env_id=env_id)
     if prof.model != TINY and prof.warm_up:
-        cfg = dataclasses.replace(real_model_config(prof, env_id, out_dir, updates, policy), quantization=quantization,
-                                  lr=lr)
+        cfg = real_model_config(prof, env_id, out_dir, updates, policy)
     else:
         # Outcome reward: GuessNumber's process reward (+0.1 per guess still possible) pays a long
         # lazy scan as much as a short bisection, which only blurs what the demo should show.
         cfg = TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
-                          policy=policy, reward_mode="outcome", out_dir=out_dir, quantization=quantization, lr=lr,
+                          policy=policy, reward_mode="outcome", out_dir=out_dir,
                           eval_every=max(4, updates // 3), checkpoint_every=10)
+    cfg = dataclasses.replace(cfg, quantization=quantization, lr=lr)  # the caller's, over either recipe
     return cfg if temperature is None else dataclasses.replace(cfg, temperature=float(temperature))
 
 
