@@ -282,6 +282,9 @@ def setup_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=None, help="the RL learning rate (default: the profile's)")
     p.add_argument("--temperature", type=float, default=None,
                    help="the temperature training episodes are sampled at (default: the recipe's; evaluation is greedy)")
+    p.add_argument("--tasks-per-update", type=int, default=None,
+                   help="questions per update, a group of episodes each (default: the profile's); the gradient "
+                        "step keeps the recipe's size, so more questions means more steps per update")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -290,7 +293,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     quantization = None if args.quantization == "none" else args.quantization
     demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization,
-         lr=args.lr, temperature=args.temperature)
+         lr=args.lr, temperature=args.temperature, tasks_per_update=args.tasks_per_update)
     return 0
 
 

@@ -44,10 +44,13 @@ def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: 
 
 def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
                 policy: str | None = None, env_id: str = DEMO_ENV, quantization: str | None = "profile",
-                lr: float | None = None, temperature: float | None = None) -> TrainConfig:
+                lr: float | None = None, temperature: float | None = None,
+                tasks_per_update: int | None = None) -> TrainConfig:
     """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`);
-    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run, ``lr`` its learning rate
-    and ``temperature`` the one it samples its training episodes at (None: the recipe's)."""
+    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run, ``lr`` its learning rate,
+    ``temperature`` the one it samples its training episodes at and ``tasks_per_update`` how many
+    questions each update samples a group for (None: the recipe's). The gradient step keeps the
+    recipe's size, so more questions per update means more steps per update."""
     prof = profile(profile_name)
     env_id = full_id(env_id)
     updates = updates or prof.rl_updates
@@ -61,6 +64,8 @@ def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", upd
                           policy=policy, reward_mode="outcome", out_dir=out_dir,
                           eval_every=max(4, updates // 3), checkpoint_every=10)
     cfg = dataclasses.replace(cfg, quantization=quantization, lr=lr)  # the caller's, over either recipe
+    if tasks_per_update is not None:
+        cfg = dataclasses.replace(cfg, tasks_per_update=int(tasks_per_update))
     return cfg if temperature is None else dataclasses.replace(cfg, temperature=float(temperature))
 
 
@@ -77,7 +82,8 @@ def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
              progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV,
-             quantization: str | None = "profile", lr: float | None = None, temperature: float | None = None) -> dict:
+             quantization: str | None = "profile", lr: float | None = None, temperature: float | None = None,
+             tasks_per_update: int | None = None) -> dict:
     """Train the demo and return (and optionally write) its summary: the JSON that
     ``agentlab demo --json`` writes (keys in docs/design.md)."""
     prof = profile(profile_name)
@@ -85,7 +91,7 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     start = demo_policy(prof.name, progress, env_id)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
     cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id, quantization=quantization, lr=lr,
-                      temperature=temperature)
+                      temperature=temperature, tasks_per_update=tasks_per_update)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
     result = train(cfg, progress=progress)
@@ -95,7 +101,7 @@ def run_demo(profile_name: str | None = None, json_path: str | None = None, out_
     ran = resolve(cfg)  # the profile's values filled in
     summary = {
         "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "quantization": ran.quantization, "lr": ran.lr,
-        "temperature": ran.temperature, "seconds": round(seconds, 1),
+        "temperature": ran.temperature, "tasks_per_update": ran.tasks_per_update, "seconds": round(seconds, 1),
         "warmup_seconds": round(t_warm, 1), "updates": len(result.history),
         "eval_episodes": before["episodes"],
         "before": {k: before[k] for k in keep}, "after": {k: after[k] for k in keep},

@@ -103,6 +103,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
                          "groups; PPO learns from per-turn rewards: switch the shaping off or use algo='grpo'")
     if not cfg.temperature > 0:  # training samples divide the logits by it
         raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {cfg.temperature}")
+    if cfg.tasks_per_update is not None and cfg.tasks_per_update < 1:
+        raise ValueError(f"tasks_per_update must be at least 1 (questions sampled per update); got {cfg.tasks_per_update}")
     env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
     pick = lambda value, default: default if value is None else value  # noqa: E731
     return dataclasses.replace(

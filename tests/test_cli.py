@@ -115,14 +115,22 @@ def test_demo_passes_its_quantization_to_the_run(monkeypatch, tmp_path):
     assert agentlab.demo.demo_config("ci", policy="warm").quantization == "profile"
 
 
-def test_demo_passes_its_learning_rate_and_temperature_to_the_run(monkeypatch, tmp_path):
+def test_demo_passes_its_learning_rate_temperature_and_questions_to_the_run(monkeypatch, tmp_path):
     import agentlab.demo
 
     seen = []
-    monkeypatch.setattr(agentlab.demo, "run_demo", lambda *args, **kw: seen.append((kw["lr"], kw["temperature"])))
-    assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--temperature", "0.9", "--out", str(tmp_path)]) == 0
+    monkeypatch.setattr(agentlab.demo, "run_demo",
+                        lambda *args, **kw: seen.append((kw["lr"], kw["temperature"], kw["tasks_per_update"])))
+    assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--temperature", "0.9", "--tasks-per-update", "16",
+                 "--out", str(tmp_path)]) == 0
     assert main(["demo", "--profile", "ci", "--out", str(tmp_path)]) == 0
-    assert seen == [(2e-4, 0.9), (None, None)]
+    assert seen == [(2e-4, 0.9, 16), (None, None, None)]
+    recipe = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="WebSearch")
+    wider = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="WebSearch", tasks_per_update=16)
+    assert (recipe.tasks_per_update, resolve(recipe).tasks_per_update, wider.tasks_per_update) == (None, 8, 16)
+    assert wider.grpo.minibatch_size == recipe.grpo.minibatch_size == 64  # the step's size stays: two steps, not one
+    with pytest.raises(ValueError, match="tasks_per_update must be at least 1"):
+        resolve(agentlab.demo.demo_config("ci", policy="warm", tasks_per_update=0))
     for name, recipe_temperature in (("real-cpu", 0.8), ("ci", 1.0)):  # the real-model recipe and the tiny one
         cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", lr=3e-4, temperature=0.9)
         assert (cfg.lr, cfg.temperature) == (3e-4, 0.9)
