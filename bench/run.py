@@ -139,6 +139,9 @@ def summary(sections: list[dict]) -> str:
 def render(head: str, sections: list[dict], kept_gpu: str) -> str:
     parts = [head, "", "## Summary", "", summary(sections)]
     for s in sections:
+        if s.get("verbatim"):  # its stamp is part of its body
+            parts += ["", f"## {s['title']}", "", s["body"].strip()]
+            continue
         when = f"; measured {s['when']}" if s.get("when") else ""
         parts += ["", f"## {s['title']}", "", f"_{s['seconds']:.0f} s to measure{when}._", "", s["body"].strip()]
     parts.append("\n## GPU\n\nRun `python -m bench.gpu --append bench/RESULTS.md` on a machine with an NVIDIA GPU "
@@ -166,6 +169,12 @@ def earlier_sections(out: Path) -> dict[str, dict]:
         if match:
             found[name] = {"name": name, "title": title, "body": match.group(3).strip(), "error": None,
                            "seconds": float(match.group(1)), "when": match.group(2) or written}
+            continue
+        # A section merged by hand has its own stamp line: keep it word for word rather than lose it.
+        match = re.search(rf"\n## {re.escape(title)}\n\n(.*?)(?=\n## |\Z)", text, re.S)
+        if match:
+            found[name] = {"name": name, "title": title, "body": match.group(1).strip(), "error": None,
+                           "seconds": None, "when": None, "verbatim": True}
     return found
 
 
