@@ -63,9 +63,8 @@ def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", upd
         cfg = TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
                           policy=policy, reward_mode="outcome", out_dir=out_dir,
                           eval_every=max(4, updates // 3), checkpoint_every=10)
-    cfg = dataclasses.replace(cfg, quantization=quantization, lr=lr)  # the caller's, over either recipe
-    if tasks_per_update is not None:
-        cfg = dataclasses.replace(cfg, tasks_per_update=int(tasks_per_update))
+    # the caller's, over either recipe (neither sets tasks_per_update: None is the profile's)
+    cfg = dataclasses.replace(cfg, quantization=quantization, lr=lr, tasks_per_update=tasks_per_update)
     return cfg if temperature is None else dataclasses.replace(cfg, temperature=float(temperature))
 
 

@@ -164,16 +164,15 @@ def earlier_sections(out: Path) -> dict[str, dict]:
     written = f"{date.group(1) if date else 'an unknown date'} (git {rev.group(1) if rev else 'unknown'}{where})"
     found = {}
     for name, (title, _) in SECTIONS.items():
-        match = re.search(rf"\n## {re.escape(title)}\n\n_(\d+) s to measure(?:; measured (.*?))?\._\n\n(.*?)(?=\n## |\Z)",
-                          text, re.S)
-        if match:
-            found[name] = {"name": name, "title": title, "body": match.group(3).strip(), "error": None,
-                           "seconds": float(match.group(1)), "when": match.group(2) or written}
+        section = re.search(rf"\n## {re.escape(title)}\n\n(.*?)(?=\n## |\Z)", text, re.S)
+        if not section:
             continue
-        # A section merged by hand has its own stamp line: keep it word for word rather than lose it.
-        match = re.search(rf"\n## {re.escape(title)}\n\n(.*?)(?=\n## |\Z)", text, re.S)
-        if match:
-            found[name] = {"name": name, "title": title, "body": match.group(1).strip(), "error": None,
+        stamped = re.match(r"_(\d+) s to measure(?:; measured (.*?))?\._\n\n(.*)", section.group(1), re.S)
+        if stamped:
+            found[name] = {"name": name, "title": title, "body": stamped.group(3).strip(), "error": None,
+                           "seconds": float(stamped.group(1)), "when": stamped.group(2) or written}
+        else:  # merged by hand, with a stamp line of its own: kept word for word rather than lost
+            found[name] = {"name": name, "title": title, "body": section.group(1).strip(), "error": None,
                            "seconds": None, "when": None, "verbatim": True}
     return found
 
