@@ -40,8 +40,9 @@ GROUP, SHARED_TURNS = 8, 3  # a GRPO group's size, and turns per episode in the 
 
 def cells(quick: bool) -> list[tuple[str, int, int]]:
     """(model, live envs per turn, turns per episode) to measure."""
-    if quick:  # SmolLM2 at the goal's size, and at 4 envs to show how the ratio depends on the batch
-        return [("tiny", 8, 5), ("tiny", 8, 20), (SMOLLM2, GOAL_ENVS, 5), (SMOLLM2, 4, 20), (SMOLLM2, GOAL_ENVS, 20)]
+    if quick:  # each turn count once; SmolLM2 also at 4 envs, to show how the ratio depends on the batch
+        return ([("tiny", 8, t) for t in (5, 20, 50)] + [(SMOLLM2, GOAL_ENVS, 5), (SMOLLM2, 4, 20)]
+                + [(SMOLLM2, GOAL_ENVS, t) for t in (20, 50)])
     return [(m, n, t) for m, n in (("tiny", 16), (SMOLLM2, GOAL_ENVS)) for t in (5, 20, 50)]
 
 

@@ -86,18 +86,22 @@ def test_ppo_target_kl_ends_the_update_when_the_policy_has_moved_too_far(warm_pa
     assert limited["approx_kl"] * (steps + 1) > 1.5 * target
 
 
-@pytest.mark.xfail(reason="known weakness (learning issue): the value head on the shared LoRA trunk explains "
-                          "next to none of GuessNumber's returns after a few updates", strict=False)
-def test_ppo_critic_explains_some_return(warm_path, batch):
+def test_ppo_critic_learns_a_return_its_state_shows(warm_path, batch):
+    """The critic end to end (value positions, GAE returns, the value loss through the trunk): paid on
+    the first turn only, the return is 1 before the first action and 0 before the others, which the
+    chat shows. Explained variance must go from 0 to above 0.5 in six updates (0.67-0.99 over eight
+    seeds; 0 with every value read at one position). GuessNumber's own returns depend on guesses not
+    yet made, so there a critic explains little, which this test does not ask of it."""
     from agentlab.algos import ppo
 
+    torch.manual_seed(0)
+    first_turn_pays = [dataclasses.replace(t, rewards=[1.0] + [0.0] * (t.num_turns - 1)) for t in batch]
     policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
     head = ppo.ValueHead(policy.model.config.hidden_size)
     opt = torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
-    first = ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=4), value_head=head)
-    ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=4), value_head=head)
-    third = ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=4), value_head=head)
-    assert third["explained_variance"] > first["explained_variance"] + 0.05
+    evs = [ppo.update(policy, opt, first_turn_pays, ppo.PPOSettings(epochs=4), value_head=head)["explained_variance"]
+           for _ in range(7)]  # each update reports the values it started from: the 7th, those after six
+    assert evs[0] == pytest.approx(0.0, abs=1e-6) and evs[-1] > 0.5, evs
 
 
 def test_grpo_training_raises_held_out_greedy_success(tmp_path, warm_path):
