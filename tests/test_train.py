@@ -89,9 +89,9 @@ def test_ppo_target_kl_ends_the_update_when_the_policy_has_moved_too_far(warm_pa
 def test_ppo_critic_learns_a_return_its_state_shows(warm_path, batch):
     """The critic end to end (value positions, GAE returns, the value loss through the trunk): paid on
     the first turn only, the return is 1 before the first action and 0 before the others, which the
-    chat shows. Explained variance must go from 0 to above 0.5 in six updates (0.67-0.99 over eight
-    seeds; 0 with every value read at one position). GuessNumber's own returns depend on guesses not
-    yet made, so there a critic explains little, which this test does not ask of it."""
+    chat shows. Explained variance must go from 0 to above 0.5 in six updates (the margin, from eight
+    seeds, and the same run with every value read at one position: bench/NOTES.md). GuessNumber's own
+    returns depend on guesses not yet made, so there a critic explains little; this test does not ask it to."""
     from agentlab.algos import ppo
 
     torch.manual_seed(0)
