@@ -50,12 +50,19 @@ def test_grpo_update_favours_above_average_episodes(warm_path, batch):
     assert moved[adv > 0].mean() > moved[adv < 0].mean()
 
 
-def test_ppo_update_improves_its_surrogate(warm_path, batch):
+def ppo_start(warm_path):
+    """A fresh LoRA adapter on the warmed policy, a value head at 0, and AdamW over both."""
     from agentlab.algos import ppo
 
     policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
     head = ppo.ValueHead(policy.model.config.hidden_size)
-    opt = torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
+    return policy, head, torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
+
+
+def test_ppo_update_improves_its_surrogate(warm_path, batch):
+    from agentlab.algos import ppo
+
+    policy, head, opt = ppo_start(warm_path)
     first = ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=1), value_head=head)
     assert first["explained_variance"] == pytest.approx(0.0, abs=1e-6)  # the head starts at exactly 0
     second = ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=4), value_head=head)
@@ -67,9 +74,7 @@ def test_ppo_target_kl_ends_the_update_when_the_policy_has_moved_too_far(warm_pa
 
     def run(target_kl):
         torch.manual_seed(0)  # the adapter's initial weights: both runs are the same until the limit bites
-        policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
-        head = ppo.ValueHead(policy.model.config.hidden_size)
-        opt = torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
+        policy, head, opt = ppo_start(warm_path)
         return ppo.update(policy, opt, batch, ppo.PPOSettings(epochs=2, minibatch_size=8, target_kl=target_kl),
                           value_head=head, generator=torch.Generator().manual_seed(0))
 
@@ -96,9 +101,7 @@ def test_ppo_critic_learns_a_return_its_state_shows(warm_path, batch):
 
     torch.manual_seed(0)
     first_turn_pays = [dataclasses.replace(t, rewards=[1.0] + [0.0] * (t.num_turns - 1)) for t in batch]
-    policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
-    head = ppo.ValueHead(policy.model.config.hidden_size)
-    opt = torch.optim.AdamW(policy.trainable_parameters() + list(head.parameters()), lr=2e-3)
+    policy, head, opt = ppo_start(warm_path)
     evs = [ppo.update(policy, opt, first_turn_pays, ppo.PPOSettings(epochs=4), value_head=head)["explained_variance"]
            for _ in range(7)]  # each update reports the values it started from: the 7th, those after six
     assert evs[0] == pytest.approx(0.0, abs=1e-6) and evs[-1] > 0.5, evs
