@@ -139,11 +139,9 @@ def summary(sections: list[dict]) -> str:
 def render(head: str, sections: list[dict], kept_gpu: str) -> str:
     parts = [head, "", "## Summary", "", summary(sections)]
     for s in sections:
-        if s.get("verbatim"):  # its stamp is part of its body
-            parts += ["", f"## {s['title']}", "", s["body"].strip()]
-            continue
         when = f"; measured {s['when']}" if s.get("when") else ""
-        parts += ["", f"## {s['title']}", "", f"_{s['seconds']:.0f} s to measure{when}._", "", s["body"].strip()]
+        stamp = [] if s.get("verbatim") else [f"_{s['seconds']:.0f} s to measure{when}._", ""]  # else in its body
+        parts += ["", f"## {s['title']}", "", *stamp, s["body"].strip()]
     parts.append("\n## GPU\n\nRun `python -m bench.gpu --append bench/RESULTS.md` on a machine with an NVIDIA GPU "
                  "(Qwen2.5-shaped models in 4-bit with LoRA; see `bench/README.md`).")
     return "\n".join(parts) + "\n" + kept_gpu
