@@ -9,6 +9,7 @@ and read the diagnostics:
     runs = shortcut_runs()                 # S18, S5    notebook 03 §6: WebSearch, "search once, then finish"
     runs = credit_runs()                   # S19        notebook 04 §7: PPO's turn-level GAE vs GRPO on larger mazes
     runs = reward_hacking_runs()           # S12        notebook 08 §5: Code's analysis tasks paid for "it ran"
+    runs = collapse_runs()                 # S20        notebook 10 §2: GuessNumber with a repeated guess overpaid
     result = train(runs["..."], callbacks=[dashboard])
 
 Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run (or the baseline) first and then
@@ -207,6 +208,10 @@ SHORTCUT_WARM_UP = WarmUp(levels=(0,), episodes=1000, steps=300)
 # 16 episodes rather than the profile's 32 halve the build, the longest of the notebooks' warm-ups.
 HACKING_WARM_UP = WarmUp(levels=(3,), episodes=400, steps=600, imperfect_share=0.3, batch=16,
                          env_kwargs=(("analysis_share", 1.0), ("careless_analysis", "field_names")))
+# 40% of the demonstrations loop on their first guess, so the warmed policy repeats itself about a
+# third of the time: GRPO sharpens a paid action that is already likely, and lowers entropy doing so;
+# a paid action it rarely samples (the lazy warm-up's repeats) it learns by spreading out instead.
+REPEAT_WARM_UP = WarmUp(levels=(0,), imperfect_share=0.4, env_kwargs=(("careless", "repeat"),))
 
 
 def _base(env_id: str, policy: str, prof: Profile, seed: int, **changes) -> TrainConfig:
@@ -273,3 +278,24 @@ def credit_runs(prof: Profile | None = None, seed: int = 0, updates: int = 8, di
         "PPO λ=0.95": dataclasses.replace(base, algo="ppo", ppo=PPOSettings(gae_lambda=0.95)),
         "PPO λ=0.99": dataclasses.replace(base, algo="ppo", ppo=PPOSettings(gae_lambda=0.99)),
     }, "credit")
+
+
+def collapse_runs(prof: Profile | None = None, seed: int = 0, updates: int = 12) -> dict[str, TrainConfig]:
+    """S20 on GuessNumber's 1..16 games, from a warm-up that sometimes loops on one guess, with the
+    article's second cause of entropy collapse: one action sequence paid far more than the rest.
+
+    * ``repeat paid``: the same guess twice in a row earns +1.0, as much as finding the number;
+    * ``entropy bonus``: the same reward, with ``ent_coef`` 0.05 (the article's upper value);
+    * ``diversity penalty``: the same reward, a sample with a near-copy in its group loses 0.5;
+    * ``repeat penalty``: the article's −0.05 for a repeat instead (GuessNumber's default).
+    """
+    prof = prof or profile()
+    start = profile_policy_source(prof, envs=[GUESS], plan=REPEAT_WARM_UP)
+    base = _base(GUESS, start, prof, seed, difficulty=0, updates=updates)
+    paid = {"weights": {"repeat": 1.0}}
+    return _named({
+        "repeat paid": dataclasses.replace(base, env_kwargs=paid),
+        "entropy bonus": dataclasses.replace(base, env_kwargs=paid, grpo=GRPOSettings(ent_coef=0.05)),
+        "diversity penalty": dataclasses.replace(base, env_kwargs=paid, shaping=RewardShaping(diversity_penalty=0.5)),
+        "repeat penalty": dataclasses.replace(base, env_kwargs={"weights": {"repeat": -0.05}}),
+    }, "collapse")

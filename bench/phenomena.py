@@ -1,10 +1,10 @@
 """Failure modes that emerge from training: the recipes of `agentlab.phenomena` over several seeds.
 
-For each experiment (reward hacking, S12; the shortcut, S18/S5; credit assignment, S19) every
-run starts from the same warmed tiny policy and is measured greedily before and after on held-out
-tasks that no run trains on (reward hacking also sampled: its drift shows in the samples). The
-table gives each number's mean over the seeds and its range: the notebooks' assert margins (08 §5,
-03 §6, 04 §7) are chosen inside these ranges. Every seed's numbers, for paired comparisons (run A
+For each experiment (reward hacking, S12; the shortcut, S18/S5; credit assignment, S19; entropy
+collapse, S20) every run starts from the same warmed tiny policy and is measured greedily before and
+after on held-out tasks that no run trains on (reward hacking and the collapse also sampled: their
+drift shows in the samples). The table gives each number's mean over the seeds and its range: the
+notebooks' assert margins (08 §5, 03 §6, 04 §7, 10 §2) are chosen inside these ranges. Every seed's numbers, for paired comparisons (run A
 minus run B on the same seed), are also written to ``$TMPDIR/bench-phenomena.json``.
 
     python -m bench.run --only phenomena --merge
@@ -41,6 +41,9 @@ EXPERIMENTS = {
                              "invalid_rate"], {}, False),
     "credit assignment (S19): 6x6 mazes, `closer` sub-goal reward": (
         "credit_runs", 1, ["success_rate", "mean_return", "mean_turns", "step/optimal_move", "repeat_rate"], {}, False),
+    "entropy collapse (S20): GuessNumber, a repeated guess paid +1.0": (
+        "collapse_runs", 0, ["success_rate", "repeat_rate", "sampled/repeat_rate", "sampled/entropy", "sampled/self_bleu",
+                             "sampled/distinct"], {}, True),
 }
 
 

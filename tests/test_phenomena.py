@@ -144,6 +144,16 @@ def test_the_random_guesser_guesses_anything_still_possible():
         agentlab.make(P.GUESS, careless="highest")
 
 
+def test_the_looping_demonstrator_repeats_its_first_guess_and_a_paid_repeat_earns():
+    tasks = [t for t in P.held_out_tasks(P.GUESS, 0, 20) if t.answer != 1][:3]
+    env = agentlab.make(P.GUESS, careless="repeat", weights={"repeat": 1.0}).unwrapped
+    for task in tasks:
+        t = play(env, lambda e: e.imperfect_action(np.random.default_rng(0)), task)
+        assert t.actions == ["guess(1)"] * 5 and not t.success  # the lowest number, then the same again
+        assert [r - 0.1 * (i == 0) for i, r in enumerate(t.rewards)] == pytest.approx([0.0, 1.0, 1.0, 1.0, 1.0])
+        assert P.repeat_rate([t]) == 1.0
+
+
 def test_held_out_tasks_are_fixed_and_not_the_training_draws():
     tasks = P.held_out_tasks(P.WEBSEARCH, 0, 12)
     assert [t.id for t in tasks] == [t.id for t in P.held_out_tasks(P.WEBSEARCH, 0, 12)]
@@ -192,6 +202,17 @@ def test_reward_hacking_runs(no_warm_up):
     assert {name: cfg.env_kwargs["analysis_reward"] for name, cfg in runs.items()} == {"ran": "ran", "exact": "exact"}
     assert all(cfg.difficulty == 3 and cfg.env_kwargs["analysis_share"] == 1.0 for cfg in runs.values())
     same_but_env(runs)
+
+
+def test_collapse_runs(no_warm_up):
+    runs = P.collapse_runs(seed=1)
+    assert list(runs) == ["repeat paid", "entropy bonus", "diversity penalty", "repeat penalty"]
+    assert [cfg.env_kwargs["weights"]["repeat"] for cfg in runs.values()] == [1.0, 1.0, 1.0, -0.05]
+    assert [cfg.grpo.ent_coef for cfg in runs.values()] == [0.0, 0.05, 0.0, 0.0]
+    assert [cfg.shaping.diversity_penalty for cfg in runs.values()] == [0.0, 0.0, 0.5, 0.0]
+    assert no_warm_up == [((P.GUESS,), P.REPEAT_WARM_UP, None)]
+    first = runs["repeat paid"]  # beyond the reward, the cures differ in their GRPO settings or shaping only
+    same_but_env({name: dataclasses.replace(cfg, grpo=first.grpo, shaping=first.shaping) for name, cfg in runs.items()})
 
 
 def test_credit_runs_see_the_same_episodes(no_warm_up):

@@ -30,7 +30,9 @@ Arguments:
     ``difficulty`` 0: 1..16 in 5 guesses; 1: a 32-number range at a random offset in 6;
     2: 100 numbers in 8; 3: 1000 numbers in 11. ``careless`` what the biased demonstrator
     guesses: ``"lowest"`` (default) the lowest number still possible, ``"random"`` any number
-    still possible, drawn uniformly (a warm-up from it samples many different games).
+    still possible, drawn uniformly (a warm-up from it samples many different games);
+    ``"repeat"`` the lowest number on its first guess, then that same guess again every turn (a
+    loop: a warm-up from it knows the repeated action that S20's collapse is made of).
     Plus the `TextEnv` arguments.
 
 Version history:
@@ -64,8 +66,8 @@ class GuessNumberEnv(TextEnv):
 
     def __init__(self, *args, careless: str = "lowest", **kwargs):
         super().__init__(*args, **kwargs)
-        if careless not in ("lowest", "random"):
-            raise ValueError(f"careless must be 'lowest' or 'random', got {careless!r}")
+        if careless not in ("lowest", "random", "repeat"):
+            raise ValueError(f"careless must be 'lowest', 'random' or 'repeat', got {careless!r}")
         self.careless = careless
 
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
@@ -117,7 +119,10 @@ class GuessNumberEnv(TextEnv):
 
     def imperfect_action(self, rng: np.random.Generator) -> str:
         """A biased demonstrator: guesses the lowest number still possible (lazy, the same game every
-        time) or, with ``careless="random"``, any number still possible."""
+        time) or, with ``careless="random"``, any number still possible, or with ``"repeat"`` the
+        lowest number once and then the same guess on every later turn."""
+        if self.careless == "repeat" and self._last_action is not None:
+            return self._last_action
         if self.careless == "random":
             return f"guess({int(rng.integers(self.lo, self.hi + 1))})"
         return f"guess({self.lo})"
