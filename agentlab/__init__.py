@@ -8,7 +8,7 @@ register_all()
 
 
 def profile(name=None):
-    """The active profile (``ci``, ``cpu`` or ``gpu``); see `agentlab.models.profile`."""
+    """The active profile (``ci``, ``cpu``, ``real-cpu`` or ``gpu``); see `agentlab.profiles.profile`."""
     from agentlab.profiles import profile as _profile
 
     return _profile(name)

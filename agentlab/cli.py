@@ -56,7 +56,7 @@ def run_eval(args: argparse.Namespace) -> int:
         policy, name = load_cli_policy(args.policy, prof, args.env)
         budget = args.max_new_tokens or prof.turn_tokens(args.env)
         result = evaluate(policy, args.env, args.split, args.episodes, greedy=not args.sample,
-                          temperature=args.temperature, max_new_tokens=budget, seed=args.seed)
+                          temperature=args.temperature, max_new_tokens=budget, seed=args.seed, progress=True)
     report = {**result.to_dict(), "policy": name, "profile": prof.name, "seconds": round(time.time() - t0, 2)}
     if args.json:  # written before printing, so a closed stdout cannot lose it
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -213,6 +213,7 @@ def train_config(args: argparse.Namespace):
     command derives: ``--env`` as a short name or a server address, name ``<env>-<algo>``, out ``runs/<name>``."""
     from agentlab.envs import env_class
     from agentlab.flags import build, given
+    from agentlab.integrations import env_id_of
     from agentlab.train import TrainConfig
 
     base = json.loads(Path(args.config).read_text()) if args.config else {}
@@ -228,20 +229,6 @@ def train_config(args: argparse.Namespace):
 
         policy = profile_policy_source(profile(cfg.profile), envs=[env_id], imperfect_share=args.imperfect_share)
     return dataclasses.replace(cfg, env_id=env_id, name=name, out_dir=out_dir, policy=policy)
-
-
-def env_id_of(text: str) -> str:
-    """An env id from the command line: ``GuessNumber`` -> ``agentlab/GuessNumber-v0``; an OpenEnv
-    server's address (``http://host:port``), or the id a run over one wrote to its config.json,
-    -> the id `register_remote` gives that server."""
-    from agentlab.envs import ENV_CLASSES, full_id
-
-    if text.startswith(("http://", "https://", "ws://", "wss://")) or (
-            text.startswith("openenv/") and text not in ENV_CLASSES):
-        from agentlab.integrations.openenv import register_remote, url_of
-
-        return register_remote(text if "://" in text else url_of(text))
-    return full_id(text)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -348,8 +335,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (setup, run) in COMMANDS.items():
-        help_line = (run.__doc__ or "").strip().splitlines()[0].replace("%", "%%")  # argparse formats help with %
-        p = sub.add_parser(name, help=help_line, description=help_line)
+        line = (run.__doc__ or "").strip().splitlines()[0]
+        # argparse %-formats a help string but prints a description as it is: escape the help only
+        p = sub.add_parser(name, help=line.replace("%", "%%"), description=line)
         if only in (None, name):
             setup(p)
         p.set_defaults(run=run)

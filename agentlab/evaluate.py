@@ -25,14 +25,17 @@ count, so they can be checked by hand on made-up trajectories.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from agentlab.envs import env_class, full_id, make
 from agentlab.envs.base import echo
@@ -123,6 +126,46 @@ class Comparison:
         return "\n".join([head] + [f"  {name:<{width}}  {rate}" for name, rate in self.rates.items()])
 
 
+SPREAD_DOC = "docs/reproducibility.md"  # where each notebook's training asserts have their measured spread
+
+
+@contextlib.contextmanager
+def training_claims(where: str, **measured):
+    """Asserts on a training run's outcome, checked inside this block: when one fails, its message says
+    what was expected (the assert's own line), what this run measured (``measured``: numbers, or pandas
+    rows and tables) and where the spread of these outcomes over seeds and machines is recorded.
+
+    A run's numbers move with the seed and with the CPU (its vector instructions change the order of
+    float sums, and one sampled token that flips sends the run elsewhere), so a learner whose assert
+    fails must be able to tell a run outside the recorded spread from a bug:
+
+        with training_claims("04 §7", grpo=grpo_after, ppo=ppo95):
+            assert ppo95["step/optimal_move"] > grpo_after["step/optimal_move"] + 0.01
+    """
+    try:
+        yield
+    except AssertionError as err:
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        claim = (frame.line or "").strip() or "the assert above"
+        got = "; ".join(f"{name} = {_show(value)}" for name, value in measured.items())
+        raise AssertionError(
+            f"{where}: expected `{claim}` to hold{f' ({err})' if str(err) else ''}. This run measured: {got}. "
+            f"Training outcomes vary with the machine (CPU, thread count) and the seed; {SPREAD_DOC} gives the "
+            f"spread measured for {where}'s asserts and how to rerun on another seed (AGENTLAB_SEED=1). A number "
+            "far outside that spread points at a change in the code rather than at the machine.") from None
+
+
+def _show(value) -> str:
+    """A measured value, short: floats to 3 decimals, pandas rows and tables as their rounded dicts."""
+    if hasattr(value, "round") and hasattr(value, "to_dict"):  # a pandas Series or DataFrame
+        value = value.round(3).to_dict()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.3f}"
+    return str(value)
+
+
 def summarise(env_id: str, split: str, trajs: Sequence[Trajectory], greedy: bool = True) -> EvalResult:
     """Count successes, returns, turns, invalid actions and step checks over episodes.
 
@@ -173,18 +216,27 @@ def sampling(greedy: bool = True, temperature: float = 1.0, max_new_tokens: int 
 
 def run_episodes(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings, env_kwargs: dict | None = None,
          batch_size: int = 64, seed: int | None = 0, prefixes: Sequence[str] | None = None,
-         generator: torch.Generator | None = None) -> list[Trajectory]:
+         generator: torch.Generator | None = None, progress: bool = False) -> list[Trajectory]:
     """One episode per task, ``batch_size`` envs at a time; trajectories in task order.
 
     ``seed``: task i's env is reset with ``seed + i`` and sampling draws from a generator
     seeded with ``seed``. ``seed=None`` leaves the envs' own generators alone and samples from
     ``generator`` (the training loop's, so that one update's draws follow each other).
     ``prefixes``: a note per task that its first observation starts with (reflection).
+    ``progress``: a bar on stderr with the episodes done and their successes so far.
     """
     envs = make_envs(env_id, min(batch_size, len(tasks)), **(env_kwargs or {}))
     if generator is None and seed is not None:
         generator = torch.Generator(device=policy.device).manual_seed(seed)
     out: list[Trajectory] = []
+    bar = tqdm(total=len(tasks), desc=f"episodes {env_id.split('/')[-1]}", disable=not progress, dynamic_ncols=True)
+    wins = []
+
+    def ended(traj: Trajectory) -> None:  # per episode, not per batch: one batch may hold every task
+        wins.append(traj.success)
+        bar.update()
+        bar.set_postfix_str(f"success {sum(wins)}/{len(wins)}")
+
     try:
         for start in range(0, len(tasks), batch_size):
             chunk = list(tasks[start:start + batch_size])
@@ -192,8 +244,10 @@ def run_episodes(policy, env_id: str, tasks: Sequence[Task], settings: SamplingS
             if prefixes is not None:
                 batch = [_WithPrefix(e, p) for e, p in zip(batch, prefixes[start:start + batch_size])]
             seeds = None if seed is None else [seed + start + i for i in range(len(chunk))]
-            out += rollout(batch, policy, settings, tasks=chunk, seeds=seeds, generator=generator)
+            out += rollout(batch, policy, settings, tasks=chunk, seeds=seeds, generator=generator,
+                           on_end=ended if progress else None)
     finally:
+        bar.close()
         for env in envs:
             env.close()
     return out
@@ -240,29 +294,31 @@ def _sample_groups(policy, env_id: str, n: int, split: str, num_tasks: int | Non
 
 def evaluate(policy, env_id: str, split: str = "eval", episodes: int | None = None, greedy: bool = True,
              temperature: float = 1.0, max_new_tokens: int | None = None, env_kwargs: dict | None = None,
-             batch_size: int = 64, seed: int = 0, tasks: Sequence[Task] | None = None) -> EvalResult:
+             batch_size: int = 64, seed: int = 0, tasks: Sequence[Task] | None = None,
+             progress: bool = False) -> EvalResult:
     """Success of ``policy`` on the tasks of ``split`` (or on ``tasks``), greedy by default.
 
     ``episodes`` defaults to one per task; more cycle through the tasks again, which only
     adds evidence when sampling (``greedy=False``). ``env_kwargs`` go to the env's
-    constructor (e.g. ``{"renamed": True}`` for SQL).
+    constructor (e.g. ``{"renamed": True}`` for SQL). ``progress`` shows a bar of the episodes
+    done and their successes (`agentlab eval` does; notebooks and tests stay quiet).
     """
     tasks = list(tasks) if tasks is not None else split_tasks(env_id, split)
     episodes = len(tasks) if episodes is None else episodes
     chosen = [tasks[i % len(tasks)] for i in range(episodes)]
     settings = sampling(greedy, temperature, max_new_tokens, env_id)
-    return evaluate_tasks(policy, env_id, chosen, settings, env_kwargs, batch_size, seed, split)
+    return evaluate_tasks(policy, env_id, chosen, settings, env_kwargs, batch_size, seed, split, progress)
 
 
 def evaluate_tasks(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings,
                    env_kwargs: dict | None = None, batch_size: int = 64, seed: int | None = 0,
-                   split: str = "eval") -> EvalResult:
+                   split: str = "eval", progress: bool = False) -> EvalResult:
     """One episode per task with exactly these sampling ``settings``, summarised (`run_episodes`, `summarise`).
 
     `evaluate` picks the tasks and settings from a split and the profile; the training loop
     passes its own held-out tasks and settings here.
     """
-    trajs = run_episodes(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
+    trajs = run_episodes(policy, env_id, tasks, settings, env_kwargs, batch_size, seed, progress=progress)
     return summarise(env_id, split, trajs, greedy=settings.greedy)
 
 

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from agentlab.profiles import atomic_save, cache_dir
+from agentlab.cache import atomic_save, cache_dir
 
 
 class PolicyLoadError(RuntimeError):

@@ -1,21 +1,17 @@
 """Profiles: every size and step count that differs between a CI run, a laptop CPU and a GPU, in one place.
 
-    prof = profile()            # "ci", "cpu" or "gpu" (AGENTLAB_PROFILE overrides)
+    prof = profile()            # "ci", "cpu" or "gpu" (AGENTLAB_PROFILE overrides, AGENTLAB_SEED sets the seed)
     prof.rl_updates, prof.group_size, prof.turn_tokens("agentlab/SQL-v0")
 
-Also the two helpers every other module shares: `seed_everything` and the cache folder
-(`cache_dir`, `atomic_save`) where built and warmed policies are kept.
+Also `seed_everything`, which seeds Python, NumPy and torch in one place. The cache folder
+where built and warmed policies are kept is `agentlab.cache`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -110,7 +106,10 @@ _PROFILES = {
 def profile(name: str | None = None) -> Profile:
     """The profile named, else ``AGENTLAB_PROFILE``, else ``gpu`` with CUDA and ``cpu`` without.
 
-    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder).
+    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder). ``AGENTLAB_SEED``
+    (an integer) replaces the profile's seed, which seeds everything built from it: the tiny model, its
+    warm-ups and the runs the notebooks start. Running a notebook under another seed is how its
+    training asserts are checked against the spread their outcomes have (docs/reproducibility.md).
     """
     name = name or os.environ.get("AGENTLAB_PROFILE") or ("gpu" if torch.cuda.is_available() else "cpu")
     if name not in _PROFILES:
@@ -118,6 +117,11 @@ def profile(name: str | None = None) -> Profile:
     prof = _PROFILES[name]
     if name == "gpu" and os.environ.get("AGENTLAB_MODEL"):
         prof = prof.replace(model=os.environ["AGENTLAB_MODEL"])
+    seed = os.environ.get("AGENTLAB_SEED", "").strip()
+    if seed:
+        if not seed.isdigit():
+            raise ValueError(f"AGENTLAB_SEED must be a non-negative integer, got {seed!r}; unset it for the profile's seed 0")
+        prof = prof.replace(seed=int(seed))
     return prof
 
 
@@ -130,41 +134,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def cache_dir() -> Path:
-    """``AGENTLAB_CACHE`` or ``~/.cache/agentlab``."""
-    env = os.environ.get("AGENTLAB_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "agentlab"
-
-
-@contextlib.contextmanager
-def build_lock(out: Path):
-    """Hold an exclusive lock on building ``out``, so that processes started together (``accelerate
-    launch``, two notebooks) build a cached model once: the others wait, then find it built."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks; a concurrent build there is only wasted work
-        yield
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def atomic_save(out: Path, write) -> None:
-    """Write into a temporary sibling folder, then rename: a killed build leaves nothing half-done."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
-        write(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -301,12 +301,14 @@ def rollout(
     generator: torch.Generator | None = None,
     max_context: int | None = None,
     prompt_prefix: str = "",
+    on_end: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Run one episode in each env, batching every live env's next action per turn.
 
     ``tasks[i]`` (a `Task` or dict) or ``seeds[i]`` picks env i's task. ``max_context`` caps
     the episode's tokens (default: the model's position limit); an episode that would pass
     it is truncated. ``prompt_prefix`` is added before the first observation (reflection).
+    ``on_end`` is called with each trajectory as its episode ends (a progress bar's hook).
     """
     settings = settings or SamplingSettings()
     n = len(envs)
@@ -356,6 +358,8 @@ def rollout(
                 contexts[i] += obs_ids
             if term or trunc or out_of_context:  # out of context ends like a step limit (bootstrapped)
                 traj.end(term, info)
+                if on_end is not None:
+                    on_end(traj)
                 continue
             still.append((row, i))
             chunks.append(toks[fed[row]:] + obs_ids)  # what the cache has not seen yet

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from agentlab.profiles import Profile, TINY_ARCH, atomic_save, build_lock, cache_dir, profile
+from agentlab.cache import atomic_save, build_lock, cache_dir
+from agentlab.profiles import Profile, TINY_ARCH, profile
 
 SPECIAL = {"pad": "<|pad|>", "eot": "<|end|>", "bos": "<|bos|>"}
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]

@@ -35,10 +35,11 @@ from tqdm.auto import tqdm
 from agentlab import memory
 from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
+from agentlab.cache import atomic_save
 from agentlab.envs import env_class, make
 from agentlab.evaluate import evaluate_tasks, run_episodes
 from agentlab.policy import LoraSettings, Policy, load_policy
-from agentlab.profiles import atomic_save, profile
+from agentlab.profiles import profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
 from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
 from agentlab.tasks import load_tasks
@@ -56,7 +57,7 @@ class TrainConfig:
 
     env_id: str = "agentlab/GuessNumber-v0"  # Gymnasium id of the env to train on
     algo: str = "grpo"  # "grpo" or "ppo"
-    profile: str | None = None  # "ci", "cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
+    profile: str | None = None  # "ci", "cpu", "real-cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
     policy: str | None = None  # model folder or hub id to start from; None = the profile's (the tiny policy warmed on env_id)
     quantization: str | None = "profile"  # None, "4bit", "8bit" or "profile"
     lora_r: int | None = None  # LoRA rank

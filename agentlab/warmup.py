@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agentlab.cache import atomic_save, build_lock, cache_dir
 from agentlab.envs import ENV_IDS, full_id, make
 from agentlab.policy import LoraSettings, Policy, load_policy, model_source
-from agentlab.profiles import TINY, Profile, atomic_save, build_lock, cache_dir, profile
+from agentlab.profiles import TINY, Profile, profile
 from agentlab.rollout import Trajectory
 from agentlab.sft import demonstration, sft
 from agentlab.tiny import build_tiny

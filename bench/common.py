@@ -1,4 +1,4 @@
-"""Pieces every benchmark shares: the tiny policy, fixed-length sampling, timing, tables, profiles.
+"""Pieces every benchmark shares: the tiny policy, fixed-length sampling, timing, tables, scores, profiles.
 
 Each comparison module exposes ``run(quick: bool) -> str``, which measures both sides and
 returns a markdown section for RESULTS.md (it also prints its table as it goes).
@@ -13,6 +13,7 @@ import os
 import pstats
 import statistics
 import time
+from collections import defaultdict
 from typing import Callable, Sequence
 
 import torch
@@ -193,6 +194,37 @@ def verdict(what: str, value: float, goal: float) -> str:
         return f"**Goal met**: {what} is {value:.1f}x (goal >= {goal:g}x)."
     return (f"**Goal missed**: {what} is {value:.2f}x, short of the {goal:g}x goal by "
             f"{goal - value:.2f}x ({100 * (1 - value / goal):.0f}% below).")
+
+
+# ---------------------------------------------------------------------------- envs and scores
+
+def env_ids(real_data: bool) -> list[str]:
+    """agentlab's envs on real data (TextCraft, HumanEval, Wordle: their class's ``real_data``), or those
+    whose tasks are generated; the real-data ones have a section of their own (`bench.real_tasks`)."""
+    from agentlab.envs import ENV_IDS, env_class
+
+    return [env_id for env_id in ENV_IDS if env_class(env_id).real_data == real_data]
+
+
+def level0_tasks(env_id: str, n: int) -> list:
+    """The first ``n`` eval tasks of difficulty 0."""
+    from agentlab.evaluate import split_tasks
+
+    return [t for t in split_tasks(env_id) if t.difficulty == 0][:n]
+
+
+def rate(result) -> str:
+    """An `EvalResult`'s success rate with its 95% interval, e.g. ``0.55 [0.34, 0.74]``."""
+    lo, hi = result.success_ci95
+    return f"{result.success_rate:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def by_level(result) -> str:
+    """Greedy success per difficulty level, e.g. ``0.55 / 0.30 / 0 / 0``."""
+    wins = defaultdict(list)
+    for t in result.trajectories:
+        wins[t.difficulty].append(t.success)
+    return " / ".join(f"{sum(w) / len(w):.2f}".rstrip("0").rstrip(".") for _, w in sorted(wins.items()))
 
 
 # ---------------------------------------------------------------------------- where the time goes

@@ -8,7 +8,7 @@ Nothing can be downloaded on the GPU machine, so each model is built from its re
 config numbers (hidden size, layers, heads, kv heads, intermediate size, vocab 151936) with
 random weights (`AutoModelForCausalLM.from_config`), saved with ``save_pretrained`` to a
 temporary folder beside a small byte-level tokenizer made here, and loaded back through
-``agentlab.models.load_policy(folder, quantization="4bit", lora=LoraSettings(r=16))`` — the
+``agentlab.policy.load_policy(folder, quantization="4bit", lora=LoraSettings(r=16))`` — the
 path a real instruct model takes. The tokenizer knows ~1,000 tokens while the model samples
 from 151,936: ids it does not know decode to nothing. That changes the text the env sees,
 not the work per token, so it is harmless for timing. (A Qwen2 config makes

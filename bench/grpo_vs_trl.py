@@ -197,7 +197,7 @@ def trl_steps(tasks: list[dict], n_prompts: int, n_steps: int, out_dir: str, eot
 # phase -> (file, function) whose cumulative time measures it, on each side
 AGENTLAB_PHASES = {
     "generation": ("agentlab/rollout.py", "rollout"),  # sampling every turn (and the env's replies, a few ms)
-    "forward passes (reference + policy)": ("agentlab/models.py", "score"),
+    "forward passes (reference + policy)": ("agentlab/policy.py", "score"),
     "backward": ("torch/autograd/__init__.py", "backward"),
 }
 TRL_PHASES = {

@@ -10,6 +10,11 @@ minus run B on the same seed), are also written to ``$TMPDIR/bench-phenomena.jso
     python -m bench.run --only phenomena --merge
     python -m bench.phenomena --seeds 0 1 2
     python -m bench.phenomena --recipes reward_hacking_runs
+    AGENTLAB_SEED=1 python -m bench.phenomena --recipes credit_runs collapse_runs --seeds 1
+
+``--seeds`` varies only the runs: every seed starts from the same warm-up. Under ``AGENTLAB_SEED`` the
+profile's seed changes too, so the tiny model and its warm-up are new draws as well, which is how far
+apart two machines can end (docs/reproducibility.md).
 """
 
 from __future__ import annotations

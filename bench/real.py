@@ -21,21 +21,10 @@ import time
 
 import torch
 
-from bench.common import progress, table
+from bench.common import env_ids, level0_tasks, progress, rate, table
 
 PROFILE = "real-cpu"
 TASKS = 20
-
-
-def rate(result) -> str:
-    lo, hi = result.success_ci95
-    return f"{result.success_rate:.2f} [{lo:.2f}, {hi:.2f}]"
-
-
-def level0_tasks(env_id: str, n: int) -> list:
-    from agentlab.evaluate import split_tasks
-
-    return [t for t in split_tasks(env_id) if t.difficulty == 0][:n]
 
 
 def speed(policy, env_id: str, budget: int) -> tuple[float, float]:
@@ -62,7 +51,6 @@ def speed(policy, env_id: str, budget: int) -> tuple[float, float]:
 def run(quick: bool = False, zero_shot_only: bool = False, tasks: int | None = None, warmed_only: bool = False) -> str:
     """Score SmolLM2 zero-shot and warmed on every env; return the RESULTS.md section.
     ``warmed_only`` skips the zero-shot episodes (a third of the time, every action invalid)."""
-    from agentlab.envs import ENV_IDS
     from agentlab.evaluate import evaluate
     from agentlab.policy import LoraSettings, load_policy
     from agentlab.profiles import profile
@@ -72,9 +60,7 @@ def run(quick: bool = False, zero_shot_only: bool = False, tasks: int | None = N
     n = tasks or (8 if quick else TASKS)
     base = None if warmed_only else load_policy(prof.model)
     rows = []
-    from bench.real_tasks import ENVS as REAL_TASK_ENVS  # they have their own section
-
-    for env_id in progress([e for e in ENV_IDS if e not in REAL_TASK_ENVS], "real"):
+    for env_id in progress(env_ids(real_data=False), "real"):
         budget = prof.turn_tokens(env_id)
         chosen = level0_tasks(env_id, n)
         row = [env_id.split("/")[-1], len(chosen), budget]

@@ -25,11 +25,8 @@ import time
 
 import numpy as np
 
-from bench.common import progress, table
-from bench.real import level0_tasks, rate
-from bench.warm import by_level
+from bench.common import by_level, env_ids, level0_tasks, progress, rate, table
 
-ENVS = ("agentlab/TextCraft-v0", "agentlab/HumanEval-v0", "agentlab/Wordle-v0")
 SMOL_TASKS = 20  # SmolLM2 samples ~10-20 s per batch turn here: a modest sample, with its interval
 PASS_SAMPLES = 8  # samples per HumanEval problem for pass@k
 # AgentGym-RL's TextCraft success (%), as published; not rerun here.
@@ -175,7 +172,7 @@ def wordle_grpo(updates: int = 10, lr: float = 5e-3) -> str:
 def run(quick: bool = False, smollm2: bool = True, smol_tasks_n: int | None = None) -> str:
     n = smol_tasks_n or (8 if quick else SMOL_TASKS)
     parts, verdicts, textcraft = [], [], {}
-    for env_id in progress(ENVS, "real tasks"):
+    for env_id in progress(env_ids(real_data=True), "real tasks"):
         name = env_id.split("/")[-1]
         rows, tiny = tiny_rows(env_id, quick)
         above = tiny["warm"].success_ci95[0] > tiny["untrained"].success_ci95[1]

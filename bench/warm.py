@@ -23,24 +23,10 @@ the untrained model's and wholly below the expert's.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
-from bench.common import progress, table
+from bench.common import by_level, env_ids, progress, rate, table
 
 SAMPLES_PER_TASK = 2
-
-
-def rate(result) -> str:
-    lo, hi = result.success_ci95
-    return f"{result.success_rate:.2f} [{lo:.2f}, {hi:.2f}]"
-
-
-def by_level(result) -> str:
-    """Greedy success per difficulty level, e.g. ``0.55 / 0.30 / 0 / 0``."""
-    wins = defaultdict(list)
-    for t in result.trajectories:
-        wins[t.difficulty].append(t.success)
-    return " / ".join(f"{sum(w) / len(w):.2f}".rstrip("0").rstrip(".") for _, w in sorted(wins.items()))
 
 
 def same_actions(result, other) -> float:
@@ -59,7 +45,6 @@ def plan_text(plan: dict) -> str:
 def run(quick: bool = False) -> str:
     """Warm (or reuse) one policy per env and the demo's, score the four policies, return the RESULTS.md section."""
     from agentlab.demo import DEMO_ENV, LAZY_SHARE
-    from agentlab.envs import ENV_IDS
     from agentlab.evaluate import evaluate, run_expert, split_tasks
     from agentlab.policy import load_policy
     from agentlab.profiles import profile
@@ -70,9 +55,7 @@ def run(quick: bool = False) -> str:
     untrained = load_policy(str(build_tiny(prof, verbose=False)))
     rows, verdicts = [], []
     # each env's own plan, then the demo's lazier start (reported, not counted in the verdict)
-    from bench.real_tasks import ENVS as REAL_TASK_ENVS  # they have their own section
-
-    starts = [(env_id, None) for env_id in ENV_IDS if env_id not in REAL_TASK_ENVS] + [(DEMO_ENV, LAZY_SHARE)]
+    starts = [(env_id, None) for env_id in env_ids(real_data=False)] + [(DEMO_ENV, LAZY_SHARE)]
     for env_id, share in progress(starts, "warm"):
         path = warm_policy_path(prof, envs=[env_id], progress=False, imperfect_share=share)
         report = json.loads((path / "sft.json").read_text())

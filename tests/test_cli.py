@@ -39,6 +39,15 @@ def test_eval_with_the_expert_writes_the_contract(tmp_path):
     assert "success 1.000" in run.stdout
 
 
+def test_eval_of_a_model_shows_its_progress(tiny_path, capsys):
+    # a real model may take many minutes over a split: the command shows episodes and successes as they end
+    assert main(["eval", "--env", "GuessNumber", "--policy", str(tiny_path), "--episodes", "2",
+                 "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr()
+    assert "episodes GuessNumber" in out.err and "2/2" in out.err and "success 0/2" in out.err, out.err
+    assert "policy=" in out.out
+
+
 def test_play_through_stdin_shows_reward_components():
     run = agentlab("play", "--env", "GuessNumber", "--seed", "0", input="guess(8)\n:q\n")
     assert run.returncode == 0, run.stderr
@@ -79,6 +88,14 @@ def test_each_subcommand_is_one_entry():
     for name, (_, run) in COMMANDS.items():
         assert sub.choices[name].get_default("run") is run
     assert main([]) == 2
+
+
+def test_help_prints_a_percent_sign_once():
+    parser = build_parser("eval")  # eval's docstring: "... with a 95% interval."
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for text in (sub.choices["eval"].format_help(), parser.format_help()):  # its description; its line in the list
+        text = " ".join(text.split())
+        assert "95% interval" in text and "%%" not in text, text
 
 
 def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys):

@@ -189,6 +189,16 @@ def test_evaluate_tasks_takes_the_tasks_and_settings_it_is_given(policy):
     assert [t.token_ids for t in a] == [t.token_ids for t in b]
 
 
+def test_evaluate_shows_episodes_and_successes_only_when_asked(policy, capsys):
+    tasks = split_tasks("GuessNumber", "eval")[:2]
+    evaluate(policy, "GuessNumber", tasks=tasks, max_new_tokens=TOKENS)
+    assert capsys.readouterr().err == ""  # notebooks and tests print nothing new
+    r = evaluate(policy, "GuessNumber", tasks=tasks, max_new_tokens=TOKENS, progress=True)
+    bar = capsys.readouterr().err
+    wins = sum(t.success for t in r.trajectories)
+    assert "episodes GuessNumber" in bar and "2/2" in bar and f"success {wins}/2" in bar, bar
+
+
 def test_sampled_functions_report_consistent_rates(policy):
     common = dict(num_tasks=2, max_new_tokens=TOKENS)
     pk = pass_at_k(policy, "GuessNumber", 4, **common)
@@ -235,3 +245,23 @@ def test_robustness_compares_the_same_tasks_and_renames_sql(policy):
     ids = {name: [t.task_id for t in r.trajectories] for name, r in out.items()}
     assert ids["paraphrase"] == [i + "-para" for i in ids["eval"]] and ids["renamed"] == ids["eval"]
     assert "renamed" not in robustness(policy, "GuessNumber", num_tasks=1, max_new_tokens=TOKENS)
+
+
+def test_training_claims_say_what_failed_what_was_measured_and_where_the_spread_is():
+    import pandas as pd
+
+    from agentlab.evaluate import SPREAD_DOC, training_claims
+
+    after = pd.Series({"success_rate": 0.4, "mean_return": 0.123456})
+    with training_claims("04 §7", after=after):  # a claim that holds passes through untouched
+        assert after["success_rate"] > 0.3
+    with pytest.raises(AssertionError) as failed:
+        with training_claims("04 §7", after=after, start=0.375):
+            assert after["success_rate"] >= 0.375 + 0.1, "on unseen mazes"
+    message = str(failed.value)
+    assert message.startswith("04 §7: expected `assert after[\"success_rate\"] >= 0.375 + 0.1")
+    assert "(on unseen mazes" in message and "mean_return: 0.123" in message and "start = 0.375" in message
+    assert SPREAD_DOC in message and "AGENTLAB_SEED" in message
+    with pytest.raises(ValueError):  # only failed asserts are reworded
+        with training_claims("04 §7"):
+            raise ValueError("not a claim")

@@ -32,6 +32,21 @@ def test_profiles_choose_sizes_in_one_place(monkeypatch):
         profile("tpu")
 
 
+def test_agentlab_seed_replaces_the_profile_seed_and_so_every_build_from_it(monkeypatch):
+    from agentlab.tiny import _recipe
+
+    default = _recipe(profile("ci"))
+    monkeypatch.setenv("AGENTLAB_SEED", "3")
+    assert profile("ci").seed == 3 and profile("gpu").seed == 3
+    assert _recipe(profile("ci")) == {**default, "seed": 3}  # a new recipe, so a new tiny model under a new name
+    for bad in ("-1", "one", "1.5"):
+        monkeypatch.setenv("AGENTLAB_SEED", bad)
+        with pytest.raises(ValueError, match="AGENTLAB_SEED must be a non-negative integer"):
+            profile("ci")
+    monkeypatch.setenv("AGENTLAB_SEED", "")
+    assert profile("ci").seed == 0
+
+
 def test_tiny_build_is_deterministic(tiny_path, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
     again = build_tiny(profile("ci"), verbose=False)

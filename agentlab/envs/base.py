@@ -167,6 +167,7 @@ class TextEnv(gym.Env):
     # Tokens per turn that the expert's longest actions take with the tiny tokenizer, with room to
     # spare; a profile whose per-turn budget is smaller is raised to this on the env (`turn_tokens`).
     action_tokens: ClassVar[int] = 24
+    real_data: ClassVar[bool] = False  # True where tasks come from a real data set rather than a generator
 
     def __init__(
         self,

@@ -235,6 +235,7 @@ def problem_task(problem: dict, examples: list, style: int = 0) -> Task:
 
 class HumanEvalEnv(CodeEnv):
     name = "HumanEval"
+    real_data = True  # tasks drawn from HumanEval's problems, not made up by a generator (benchmarks report these apart)
     description = ("Write the Python function asked for. run(code) runs a draft on the docstring's examples; "
                    "submit(code) is final and is scored by the problem's tests.")
     tools = {"run": "run(code): run a draft of the function on the docstring's examples",

@@ -278,6 +278,7 @@ def goals_by_level() -> dict[tuple[int, bool], list[str]]:
 
 class TextCraftEnv(TextEnv):
     name = "TextCraft"
+    real_data = True  # tasks drawn from Minecraft's recipes, not made up by a generator (benchmarks report these apart)
     # Kept short: the tiny tokenizer never saw this env's words, so every word here costs several tokens.
     description = "Craft the goal item: get base items, then craft the others with the commands shown."
     tools = {"get": "get(N item): fetch N of a base item",

@@ -177,6 +177,7 @@ OPENER = "trace"
 
 class WordleEnv(TextEnv):
     name = "Wordle"
+    real_data = True  # tasks drawn from Wordle's word lists, not made up by a generator (benchmarks report these apart)
     description = "Find the hidden five-letter word. Each guess must be an English word. " + LEGEND
     tools = {"guess": "guess(word): guess a five-letter word"}
     default_weights = {"solved": 1.0, "placed": 0.04, "format": -0.1, "repeat": -0.05}

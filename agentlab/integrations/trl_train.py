@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from agentlab.flags import add_flags, build, given, normalize_flag
+from agentlab.integrations import env_id_of
 from agentlab.integrations.trl import EpisodeRollout, build_dataset, reward_funcs, trl_deprecations_hidden, turn_tokens
 from agentlab.policy import LoraSettings, load_policy
 
@@ -150,8 +151,6 @@ def build_trainer(run: TRLRun, callbacks: list | None = None):
 def train_with_trl(run: TRLRun) -> dict:
     """Train, then write ``metrics.jsonl``, ``summary.json`` and ``final/`` under ``run.out``."""
     from accelerate.utils import gather_object
-
-    from agentlab.cli import env_id_of
 
     if single_cpu_launch():
         raise SystemExit(
