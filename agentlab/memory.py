@@ -14,13 +14,16 @@ killer, which ends the process without a message or a checkpoint. The parts, in 
     adapter      the trainable parameters (LoRA, value head) and their gradients, float32: 2 × 4 × n
     optimiser    AdamW's two moments per trainable parameter, float32: 2 × 4 × n
     activations  what one micro-batch's forward pass keeps for its backward pass (`activation_bytes`)
-    KV cache     the rollout's keys and values, rows × context × layers × 2 × kv_heads × head_dim × bytes,
-                 plus the next-token logits of every row, rows × vocab × bytes,
+    KV cache     the rollout's keys and values, rows × context × layers × 2 × kv_heads × head_dim × bytes
+                 (`kv_cache_bytes`), plus the next-token logits of every row, rows × vocab × bytes,
                  times ROLLOUT_OVERHEAD
 
-The parts are added although the rollout's cache is freed before the update: the sum is what
-the process holds if the allocator keeps freed pages, and an estimate that errs high stops a
-run early instead of letting it be killed.
+By default the parts are added although the rollout's cache is freed before the update: the sum
+is what the process holds if the allocator keeps freed pages, and an estimate that errs high stops
+a run early instead of letting it be killed. ``estimate(..., take_turns=True)`` counts only the
+larger of activations and KV cache, since rollout fills the cache and keeps no activations while
+the update keeps activations and no cache: the peak where freed memory is reused and the two
+phases do not overlap.
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ ROLLOUT_OVERHEAD = 2.0
 SAFE_SHARE = 0.8  # plan at most this share of the available memory: the estimate's error, the rest of the process
 NF4_BYTES = (4 + 8 / 64 + 32 / (64 * 256)) / 8  # 4-bit codes, absmax per 64 weights, double-quantised (bench/memory.py)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# The Qwen2.5 instruct models as their config.json gives them (Qwen/Qwen2.5-{size}-Instruct), for
+# notebook 07, its exercises and bench/gpu.py. Qwen2 puts a bias on q, k and v without a config field.
+QWEN2_5 = {
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "3B": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+               num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
 
 
 class MemoryBudgetError(RuntimeError):
@@ -63,6 +78,7 @@ class ModelShape:
     intermediate: int
     vocab: int
     tied: bool = True  # the output layer shares the embedding matrix
+    attention_bias: bool = False  # q, k and v carry a bias (Qwen2)
     dtype_bytes: int = 4  # compute dtype: 4 on CPU (float32), 2 on CUDA (bfloat16)
     quantization: str | None = None  # None, "4bit" or "8bit": the base's linear weights
 
@@ -74,6 +90,7 @@ class ModelShape:
                    head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
                    intermediate=config.intermediate_size, vocab=config.vocab_size,
                    tied=bool(getattr(config, "tie_word_embeddings", True)),
+                   attention_bias=bool(getattr(config, "attention_bias", getattr(config, "model_type", "") == "qwen2")),
                    dtype_bytes=torch.finfo(dtype).bits // 8, quantization=quantization)
 
     @property
@@ -94,6 +111,8 @@ class ModelShape:
         """(parameters in the layers' projections, all others): the first are the ones quantisation shrinks."""
         linear = self.layers * sum(i * o for i, o in self.linear_shapes().values())
         other = self.vocab * self.hidden * (1 if self.tied else 2) + (2 * self.layers + 1) * self.hidden  # + norms
+        if self.attention_bias:
+            other += self.layers * (self.q_dim + 2 * self.kv_dim)
         return linear, other
 
     def weight_bytes(self) -> float:
@@ -105,6 +124,11 @@ class ModelShape:
 def lora_parameters(shape: ModelShape, r: int, targets=LORA_TARGETS) -> int:
     """A LoRA adapter's parameters: r × (in + out) for each targeted projection of each layer."""
     return shape.layers * sum(r * (i + o) for name, (i, o) in shape.linear_shapes().items() if name in targets)
+
+
+def kv_cache_bytes(shape: ModelShape, tokens: int) -> int:
+    """Keys and values of every layer for ``tokens`` tokens (rows × context) in the compute dtype."""
+    return tokens * shape.layers * 2 * shape.kv_dim * shape.dtype_bytes
 
 
 def activation_bytes(shape: ModelShape, tokens: int, action_tokens: float, checkpointing: bool = False) -> float:
@@ -144,9 +168,12 @@ class MemoryEstimate:
     micro_batch_tokens: int  # tokens of the largest forward+backward pass
     rollout_rows: int
     context: int  # tokens of the longest episode
+    take_turns: bool = False  # the peak holds the larger of activations and KV cache, not both (module docstring)
 
     @property
     def total(self) -> float:
+        if self.take_turns:
+            return self.weights + self.adapter + self.optimiser + max(self.activations, self.kv_cache)
         return self.weights + self.adapter + self.optimiser + self.activations + self.kv_cache
 
     def describe(self, available: float | None = None) -> str:
@@ -154,29 +181,33 @@ class MemoryEstimate:
                  f"activations {_size(self.activations)} (micro-batches of {self.micro_batch_tokens:,} tokens), "
                  f"KV cache {_size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)")
         of = f" of {_size(available)} available" if available is not None else ""
-        return f"memory estimate: {parts}; total {_size(self.total)}{of}"
+        total = "peak (activations and KV cache take turns)" if self.take_turns else "total"
+        return f"memory estimate: {parts}; {total} {_size(self.total)}{of}"
 
 
 def estimate(shape: ModelShape, trainable: int, micro_batch_tokens: int, rollout_rows: int, context: int,
-             action_share: float, checkpointing: bool = False) -> MemoryEstimate:
+             action_share: float, checkpointing: bool = False, take_turns: bool = False) -> MemoryEstimate:
     """The memory of a run whose largest pass holds ``micro_batch_tokens`` tokens, an ``action_share`` of
-    them action tokens, and whose rollout plays ``rollout_rows`` episodes of up to ``context`` tokens."""
+    them action tokens, and whose rollout plays ``rollout_rows`` episodes of up to ``context`` tokens;
+    ``take_turns``: the peak holds the larger of activations and KV cache instead of their sum."""
     tokens = max(micro_batch_tokens, context)  # an episode longer than the budget runs alone
-    kv = rollout_rows * context * shape.layers * 2 * shape.kv_dim * shape.dtype_bytes
+    kv = kv_cache_bytes(shape, rollout_rows * context)
     logits = rollout_rows * shape.vocab * 4  # rollout reads one position's logits per row, in float32
     return MemoryEstimate(
         weights=shape.weight_bytes(), adapter=2 * 4 * trainable, optimiser=2 * 4 * trainable,
         activations=activation_bytes(shape, tokens, action_share * tokens, checkpointing),
         kv_cache=ROLLOUT_OVERHEAD * (kv + logits), micro_batch_tokens=tokens, rollout_rows=rollout_rows,
-        context=context)
+        context=context, take_turns=take_turns)
 
 
 def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes) -> int:
     """The most tokens per micro-batch whose estimate stays within ``SAFE_SHARE`` of ``available``;
-    ``sizes`` are `estimate`'s other arguments. The activations grow linearly with the budget."""
+    ``sizes`` are `estimate`'s other arguments. The activations grow linearly with the budget; taking turns
+    (``take_turns``), they need not share the room with the KV cache, which must then fit on its own."""
     est = estimate(shape, trainable, 0, **sizes)
     per_token = activation_bytes(shape, 1, sizes["action_share"], sizes.get("checkpointing", False))
-    return int((SAFE_SHARE * available - (est.total - est.activations)) // per_token)
+    rest = est.weights + est.adapter + est.optimiser + (0 if est.take_turns else est.kv_cache)
+    return int((SAFE_SHARE * available - rest) // per_token)
 
 
 # ---------------------------------------------------------------------------- the machine

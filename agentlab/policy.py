@@ -13,9 +13,6 @@ included: "tiny" resolves to the locally built folder (`agentlab.tiny`), anythin
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
-import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -24,18 +21,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from agentlab import bnb_compat  # importing it drops one bitsandbytes log message (see there)
 from agentlab.metrics import entropy_from_logp
 from agentlab.pretrained import HUB_TWINS, NAMED_MODELS, PolicyLoadError, gguf_folder, hub_reachable, named_model_folder
 from agentlab.profiles import TINY
 from agentlab.tiny import SPECIAL, build_tiny
-
-# Importing peft imports bitsandbytes, which on CPUs with AVX512-BF16 tries to fetch an optional
-# 4-bit kernel from the model hub and logs "Failed to load CPU gemm_4bit_forward from
-# kernels-community" when it cannot (always, offline or without the `kernels` package). agentlab
-# cannot skip that import, and the kernel serves a weight layout agentlab switches off
-# (`_keep_cpu_4bit_layout`), so exactly that message is dropped; the logger's others still show.
-logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(
-    lambda record: not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward"))
 
 
 @dataclass
@@ -138,7 +128,7 @@ def load_policy(
     if quantization is None:
         model.to(device)
     elif device == "cpu":
-        _keep_cpu_4bit_layout(model)
+        bnb_compat.keep_cpu_4bit_layout(model)
     if lora or adapter:
         model = _with_lora(model, lora if isinstance(lora, LoraSettings) else LoraSettings(), adapter, quantization)
     return Policy(model, tokenizer, name=name_or_path, quantization=quantization)
@@ -154,68 +144,12 @@ def _bnb_config(quantization: str, dtype: torch.dtype, device: str = "cpu"):
             "Install it (pip install bitsandbytes) or load without quantization."
         ) from err
     if device == "cpu":  # the kernel it replaces runs on the CPU alone
-        fix_bitsandbytes_cpu()
+        bnb_compat.fix_bitsandbytes_cpu()
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
     )
-
-
-@functools.cache
-def fix_bitsandbytes_cpu() -> bool:
-    """Make bitsandbytes' 4-bit dequantisation exact on CPUs with AVX512; True if it was needed.
-
-    bitsandbytes 0.50 quantises a weight matrix in blocks of 64 consecutive weights of the
-    flattened matrix, but its AVX512 CPU kernel that turns the codes back into weights cuts
-    each *row* into blocks. The two agree only when a row is a whole number of blocks: the
-    tiny model's rows of 96 inputs are not, and on such a CPU every 4-bit layer computed with
-    weights up to 0.47 block-absmax off (measured; a real model's rows of 896 or 1,536 inputs
-    are whole blocks). This replaces that CPU kernel, for this process, by the plain reading of
-    the format below. Loading in 4-bit calls it; call it yourself before using
-    `bitsandbytes.functional.dequantize_4bit` directly.
-    """
-    import bitsandbytes.functional as bnbf
-    from bitsandbytes.backends.cpu import ops as cpu_ops
-
-    if not getattr(cpu_ops, "_has_avx512", False):  # the row-blocked kernel is registered only there
-        return False
-
-    def dequantize_4bit(A, absmax, blocksize, quant_type, shape, dtype):
-        n = math.prod(shape)
-        packed = A.view(torch.uint8).reshape(-1)  # two 4-bit codes per byte, the first in the high half
-        codes = torch.stack([packed >> 4, packed & 15], dim=1).reshape(-1)[:n].long()  # (n,)
-        levels = bnbf.get_4bit_type(quant_type, device=A.device)  # (16,) the NF4 or FP4 values
-        scales = absmax.float().repeat_interleave(blocksize)[:n]  # (n,) each weight's block absmax
-        return (levels[codes] * scales).reshape(shape).to(dtype)
-
-    with warnings.catch_warnings():  # torch warns that a kernel is overridden: that is the point
-        warnings.simplefilter("ignore", UserWarning)
-        try:
-            torch.library.register_kernel("bitsandbytes::dequantize_4bit", "cpu", dequantize_4bit)
-            return True
-        except RuntimeError as err:  # torch 2.11 (seen) refuses to override a kernel registered from Python
-            refused = err
-    warnings.warn(f"4-bit weights on this CPU may be dequantised inexactly: torch {torch.__version__} would not "
-                  f"replace bitsandbytes' CPU kernel ({refused}); torch 2.13 does", stacklevel=2)
-    return False
-
-
-def _keep_cpu_4bit_layout(model) -> None:
-    """Keep bitsandbytes' 4-bit CPU layers in the one weight layout that both sampling and
-    training use.
-
-    On CPUs with AVX512-BF16, bitsandbytes 0.50 repacks a 4-bit layer's weights for a faster
-    kernel the first time the layer runs in eval mode without gradients, and RL alternates such
-    passes (sampling, the reference) with training ones. With double quantization on the tiny
-    model's 96-wide layers the repacking itself fails: measured on a Xeon with AVX512-BF16, the
-    first 4-bit pass under ``torch.no_grad()`` raised "shape '[96, 1]' is invalid for input of
-    size 144"; CPUs without AVX512-BF16 never repack."""
-    import bitsandbytes as bnb
-
-    for module in model.modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            module.support_avx512bf16_for_cpu = False
 
 
 @contextlib.contextmanager

@@ -35,18 +35,11 @@ import torch
 if __package__ in (None, ""):  # `python bench/gpu.py` as well as `python -m bench.gpu`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-VOCAB = 151936
-# The real Qwen2.5 configs (config.json of Qwen/Qwen2.5-{0.5B,1.5B,3B}-Instruct).
-QWEN2_5 = {
-    "0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                 intermediate_size=4864, tie_word_embeddings=True),
-    "1.5B": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                 intermediate_size=8960, tie_word_embeddings=True),
-    "3B": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
-               intermediate_size=11008, tie_word_embeddings=True),
-}
-QWEN2_COMMON = dict(vocab_size=VOCAB, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-                    hidden_act="silu")
+from agentlab import memory  # noqa: E402
+
+# The sizes this benchmark runs; agentlab.memory.QWEN2_5 holds their real configs (and 7B's).
+QWEN2_5 = {size: memory.QWEN2_5[size] for size in ("0.5B", "1.5B", "3B")}
+QWEN2_COMMON = dict(max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu")
 ENV_ID = "agentlab/GuessNumber-v0"
 LORA_R = 16
 
@@ -83,19 +76,14 @@ def qwen_config(size: str, tokenizer=None, **overrides):
 
 
 def parameter_counts(size: str) -> dict[str, int]:
-    """Parameters of Qwen2.5-``size`` by kind, from the config numbers alone (no model built).
+    """Parameters of Qwen2.5-``size`` from the config numbers alone (`agentlab.memory.ModelShape`, no model built).
 
-    ``linear``: the q/k/v/o and MLP weight matrices (what NF4 quantises); ``embedding``: the
-    token embedding, tied with the output head; ``other``: q/k/v biases and RMSNorm weights,
+    ``linear``: the q/k/v/o and MLP weight matrices (what NF4 quantises); ``total`` adds the
+    token embedding (tied with the output head), the q/k/v biases and the RMSNorm weights,
     which stay in the compute dtype.
     """
-    s = QWEN2_5[size]
-    h, i, n_layers = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"]
-    kv = s["num_key_value_heads"] * (h // s["num_attention_heads"])  # width of k and v
-    linear = n_layers * (h * h + 2 * h * kv + h * h + 3 * h * i)  # q, k, v, o, gate, up, down
-    other = n_layers * ((h + 2 * kv) + 2 * h) + h  # q/k/v biases, two norms per layer; final norm
-    embedding = VOCAB * h * (1 if s["tie_word_embeddings"] else 2)
-    return {"linear": linear, "embedding": embedding, "other": other, "total": linear + embedding + other}
+    linear, other = memory.ModelShape.from_config(qwen_config(size)).parameters()
+    return {"linear": linear, "total": linear + other}
 
 
 def meta_parameter_count(size: str) -> int:

@@ -76,12 +76,12 @@ def update_peak(episodes: int, budget: int | None, layers: int = 2) -> dict:
 
 def test_shape_counts_the_parameters_of_the_model():
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     tiny = dict(hidden_size=96, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, vocab_size=1024)
-    for arch in ({**SMOL, "num_hidden_layers": 2}, tiny):
-        config = LlamaConfig(**arch)
-        model = LlamaForCausalLM(config)
+    qwen = Qwen2Config(**tiny, num_key_value_heads=2)  # a bias on q, k and v, which no config field names
+    for config in (LlamaConfig(**{**SMOL, "num_hidden_layers": 2}), LlamaConfig(**tiny), qwen):
+        model = AutoModelForCausalLM.from_config(config)
         shape = memory.ModelShape.from_config(config)
         assert sum(shape.parameters()) == sum(p.numel() for p in model.parameters())
         assert shape.weight_bytes() == 4 * sum(p.numel() for p in model.parameters())
@@ -89,16 +89,37 @@ def test_shape_counts_the_parameters_of_the_model():
         assert memory.lora_parameters(shape, 8) == sum(p.numel() for p in lora.parameters() if p.requires_grad)
 
 
-def test_largest_budget_is_the_edge_of_what_fits():
+@pytest.mark.parametrize("take_turns", [False, True])
+def test_largest_budget_is_the_edge_of_what_fits(take_turns):
     from transformers import LlamaConfig
 
     shape = memory.ModelShape.from_config(LlamaConfig(**SMOL))
-    sizes = dict(rollout_rows=64, context=330, action_share=0.3)
+    sizes = dict(rollout_rows=64, context=330, action_share=0.3, take_turns=take_turns)
     available = 12 * 2**30
     budget = memory.largest_budget(shape, 2_000_000, available, **sizes)
     assert memory.estimate(shape, 2_000_000, budget, **sizes).total <= memory.SAFE_SHARE * available
     assert memory.estimate(shape, 2_000_000, budget + 16, **sizes).total > memory.SAFE_SHARE * available
     assert budget < 64 * 330 / 4, "a real model on 12 GB takes a small share of a minibatch per pass"
+
+
+def test_activations_and_kv_cache_add_up_or_take_turns():
+    """By default the estimate holds activations and KV cache at once; with ``take_turns`` only the larger,
+    as when rollout (the cache) and update (the activations) reuse each other's freed memory."""
+    from transformers import Qwen2Config
+
+    shape = memory.ModelShape.from_config(Qwen2Config(**memory.QWEN2_5["7B"]), torch.float32, "4bit")
+    for rows in (8, 128):  # the activations larger, then the KV cache
+        sizes = dict(rollout_rows=rows, context=1_200, action_share=0.25, checkpointing=True)
+        held = memory.estimate(shape, 40_000_000, 1_200, **sizes)
+        turns = memory.estimate(shape, 40_000_000, 1_200, **sizes, take_turns=True)
+        # 28 layers × keys and values × 4 kv heads × 128 wide × 4 bytes, and 152,064 float32 logits per episode
+        assert held.kv_cache == memory.ROLLOUT_OVERHEAD * (rows * 1_200 * 28 * 2 * 4 * 128 * 4 + rows * 152_064 * 4)
+        assert (held.activations > held.kv_cache) == (rows == 8)
+        assert (turns.activations, turns.kv_cache) == (held.activations, held.kv_cache)  # the same parts ...
+        rest = held.weights + held.adapter + held.optimiser
+        assert held.total == pytest.approx(rest + held.activations + held.kv_cache)  # ... added
+        assert turns.total == pytest.approx(rest + max(held.activations, held.kv_cache))  # ... or the larger alone
+        assert "take turns" in turns.describe() and "take turns" not in held.describe()
 
 
 # ---------------------------------------------------------------------------- micro-batches are the minibatch

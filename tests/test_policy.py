@@ -211,7 +211,7 @@ def test_a_torch_that_refuses_the_4bit_fix_gets_a_warning_not_a_crash(monkeypatc
     fix must then say that 4-bit weights on this CPU may be inexact and let loading go on."""
     from bitsandbytes.backends.cpu import ops as cpu_ops
 
-    from agentlab.policy import fix_bitsandbytes_cpu
+    from agentlab.bnb_compat import fix_bitsandbytes_cpu
 
     def refuse(*args, **kwargs):
         raise RuntimeError("This is not allowed since there's already a kernel registered from python")
@@ -223,10 +223,11 @@ def test_a_torch_that_refuses_the_4bit_fix_gets_a_warning_not_a_crash(monkeypatc
 
 
 def test_the_4bit_cpu_fix_is_applied_to_cpu_loads_only(monkeypatch):
+    import agentlab.bnb_compat
     import agentlab.policy
 
     calls = []
-    monkeypatch.setattr(agentlab.policy, "fix_bitsandbytes_cpu", lambda: calls.append(1))
+    monkeypatch.setattr(agentlab.bnb_compat, "fix_bitsandbytes_cpu", lambda: calls.append(1))
     for device in ("cuda", "cpu"):
         agentlab.policy._bnb_config("4bit", torch.bfloat16, device)
     assert calls == [1]  # on a GPU the CPU kernel is never used (and torch 2.11 refused the swap)

@@ -15,19 +15,14 @@ import math
 import operator
 
 from agentlab.exercises import exercise, first_mismatch, whole
+from agentlab.memory import QWEN2_5
 
 ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-# The four Qwen2.5 instruct models of notebook 07 (from their config.json) and two made-up shapes.
+# The four Qwen2.5 instruct models of notebook 07 (their config.json, plus the q/k/v biases that Qwen2
+# always has) and two made-up shapes.
 CONFIGS = {
-    "Qwen2.5-0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, attention_bias=True),
-    "Qwen2.5-1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, attention_bias=True),
-    "Qwen2.5-3B": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                       num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, attention_bias=True),
-    "Qwen2.5-7B": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False, attention_bias=True),
+    **{f"Qwen2.5-{size}": dict(config, attention_bias=True) for size, config in QWEN2_5.items()},
     "tiny (no GQA, tied)": dict(hidden_size=96, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                                 num_key_value_heads=4, vocab_size=1024, tie_word_embeddings=True, attention_bias=False),
     "made-up (GQA, untied)": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=6, num_attention_heads=8,
