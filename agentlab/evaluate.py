@@ -156,11 +156,13 @@ def training_claims(where: str, **measured):
 
 
 def _show(value) -> str:
-    """A measured value, short: floats to 3 decimals, pandas rows and tables as their rounded dicts."""
+    """A measured value, short: floats to 3 decimals, in lists and dicts too; pandas rows and tables as dicts."""
     if hasattr(value, "round") and hasattr(value, "to_dict"):  # a pandas Series or DataFrame
         value = value.round(3).to_dict()
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
     if isinstance(value, (float, np.floating)):
         return f"{float(value):.3f}"
     return str(value)

@@ -172,9 +172,8 @@ class MemoryEstimate:
 
     @property
     def total(self) -> float:
-        if self.take_turns:
-            return self.weights + self.adapter + self.optimiser + max(self.activations, self.kv_cache)
-        return self.weights + self.adapter + self.optimiser + self.activations + self.kv_cache
+        held = max(self.activations, self.kv_cache) if self.take_turns else self.activations + self.kv_cache
+        return self.weights + self.adapter + self.optimiser + held
 
     def describe(self, available: float | None = None) -> str:
         parts = (f"weights {_size(self.weights)}, adapter {_size(self.adapter)}, optimiser {_size(self.optimiser)}, "

@@ -261,6 +261,9 @@ def test_training_claims_say_what_failed_what_was_measured_and_where_the_spread_
     message = str(failed.value)
     assert message.startswith("04 §7: expected `assert after[\"success_rate\"] >= 0.375 + 0.1")
     assert "(on unseen mazes" in message and "mean_return: 0.123" in message and "start = 0.375" in message
+    with pytest.raises(AssertionError, match=r"curve = \[0.123, 2\]"):  # lists of numbers are rounded too
+        with training_claims("10 §2", curve=[0.123456, 2]):
+            assert False
     assert SPREAD_DOC in message and "AGENTLAB_SEED" in message
     with pytest.raises(ValueError):  # only failed asserts are reworded
         with training_claims("04 §7"):
