@@ -234,7 +234,7 @@ def train_config(args: argparse.Namespace):
 def run_train(args: argparse.Namespace) -> int:
     """Train a policy with GRPO or PPO; metrics, checkpoints and the adapter go to --out."""
     from agentlab.memory import MemoryBudgetError
-    from agentlab.train import TrainingDiverged, train
+    from agentlab.train import TrainingDiverged, load_training_policy, train
 
     try:
         cfg = train_config(args)
@@ -242,7 +242,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"agentlab train: {err}", file=sys.stderr)
         return 2
     try:
-        result = train(cfg, resume=args.resume)
+        result = train(cfg, load_training_policy(cfg), resume=args.resume)
     except FileExistsError as err:
         print(f"agentlab train: {err} (on the command line: --resume, or --out DIR to repeat the run elsewhere)",
               file=sys.stderr)
@@ -257,30 +257,29 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def setup_demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=None, choices=PROFILES, help="default: AGENTLAB_PROFILE, else by device")
-    p.add_argument("--env", default="GuessNumber",
-                   help="env to train on (default GuessNumber; with --profile real-cpu, e.g. Dialog or WebSearch)")
-    p.add_argument("--updates", type=int, default=None, help="default: the profile's")
+    from agentlab.flags import add_flags
+    from agentlab.train import TrainConfig
+
+    p.usage = "agentlab demo [--profile NAME] [--env ENV] [--json FILE] [--FIELD VALUE ...]   (--help lists every field)"
+    p.description = (f"{p.description} The run is the demo's recipe (agentlab.demo.demo_config): GRPO on "
+                     "GuessNumber from the lazy warm-up on the tiny profiles, the real model's recipe on real-cpu "
+                     "(e.g. --profile real-cpu --env Dialog). Every TrainConfig field is a flag, as for agentlab "
+                     "train, and a flag given replaces the recipe's value; the run folder is runs/demo unless --out "
+                     "says otherwise.")
+    add_flags(p, TrainConfig, aliases=TRAIN_ALIASES, choices={"algo": ("grpo", "ppo"), "profile": PROFILES})
     p.add_argument("--json", default=None, help="write the before/after summary here")
-    p.add_argument("--out", default="runs/demo", help="run folder")
-    p.add_argument("--quantization", default="profile", choices=("profile", "none", "4bit", "8bit"),
-                   help="load the policy for RL in this precision (4bit: NF4, needs a GPU to be fast); default: the "
-                        "profile's")
-    p.add_argument("--lr", type=float, default=None, help="the RL learning rate (default: the profile's)")
-    p.add_argument("--temperature", type=float, default=None,
-                   help="the temperature training episodes are sampled at (default: the recipe's; evaluation is greedy)")
-    p.add_argument("--tasks-per-update", type=int, default=None,
-                   help="questions per update, a group of episodes each (default: the profile's); the gradient "
-                        "step keeps the recipe's size, so more questions means more steps per update")
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Warm up the profile's policy, train it with GRPO, and show success before and after."""
+    from agentlab.demo import DEMO_ENV
     from agentlab.demo import run_demo as demo
+    from agentlab.flags import given
+    from agentlab.train import TrainConfig
 
-    quantization = None if args.quantization == "none" else args.quantization
-    demo(args.profile, args.json, args.out, updates=args.updates, env_id=args.env, quantization=quantization,
-         lr=args.lr, temperature=args.temperature, tasks_per_update=args.tasks_per_update)
+    overrides = given(args, TrainConfig)
+    demo(overrides.pop("profile", None), args.json, overrides.pop("out_dir", None) or "runs/demo",
+         env_id=overrides.pop("env_id", DEMO_ENV), **overrides)
     return 0
 
 

@@ -17,7 +17,6 @@ warm-up on the env's demonstrations, evaluated on 40 held-out tasks (levels 0 an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
@@ -25,36 +24,34 @@ from pathlib import Path
 
 from agentlab.algos import grpo
 from agentlab.envs import full_id
-from agentlab.profiles import TINY, profile
-from agentlab.train import TrainConfig, resolve, train
+from agentlab.flags import with_value
+from agentlab.profiles import TINY, Profile, profile
+from agentlab.train import TrainConfig, load_training_policy, resolve, train
 from agentlab.warmup import profile_policy_source
 
 DEMO_ENV = "agentlab/GuessNumber-v0"
 LAZY_SHARE = 0.6  # the lazy demonstrator's share of the demo's warm-up (GuessNumber's own plan: 0.5)
 
 
-def demo_policy(profile_name: str | None = None, progress: bool = True, env_id: str = DEMO_ENV) -> str:
+def demo_policy(prof: Profile | str | None = None, progress: bool = True, env_id: str = DEMO_ENV) -> str:
     """The demo's starting policy: on the tiny profiles the warm-up on ``env_id`` (GuessNumber's with
     ``LAZY_SHARE`` lazy episodes, another env's by its own plan), on ``real-cpu`` the real model's
     warm-up on ``env_id`` (built and cached on first use), on ``gpu`` the profile's instruct model."""
-    prof = profile(profile_name)
+    prof = prof if isinstance(prof, Profile) else profile(prof)
     share = LAZY_SHARE if full_id(env_id) == DEMO_ENV and prof.model == TINY else None
     return profile_policy_source(prof, envs=[full_id(env_id)], imperfect_share=share, progress=progress)
 
 
-def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", updates: int | None = None,
-                policy: str | None = None, env_id: str = DEMO_ENV, quantization: str | None = "profile",
-                lr: float | None = None, temperature: float | None = None,
-                tasks_per_update: int | None = None) -> TrainConfig:
-    """The demo's run on ``env_id``; ``policy`` is its starting point (default: `demo_policy`);
-    ``quantization`` (None, "4bit", "8bit") replaces the profile's for the RL run, ``lr`` its learning rate,
-    ``temperature`` the one it samples its training episodes at and ``tasks_per_update`` how many
-    questions each update samples a group for (None: the recipe's). The gradient step keeps the
-    recipe's size, so more questions per update means more steps per update."""
-    prof = profile(profile_name)
+def demo_config(prof: Profile | str | None = None, out_dir: str = "runs/demo", policy: str | None = None,
+                env_id: str = DEMO_ENV, **overrides) -> TrainConfig:
+    """The demo's run on ``env_id``, every field concrete; ``policy`` is its starting point (default:
+    `demo_policy`). ``overrides`` are `TrainConfig` fields by dotted name (``lr=3e-4``,
+    ``**{"grpo.beta": 0.1}``), as ``agentlab demo``'s flags give them, set over the recipe. The
+    gradient step keeps the recipe's size, so more questions per update means more steps per update."""
+    prof = prof if isinstance(prof, Profile) else profile(prof)
     env_id = full_id(env_id)
-    updates = updates or prof.rl_updates
-    policy = policy or demo_policy(prof.name, env_id=env_id)
+    updates = overrides.pop("updates", None) or prof.rl_updates
+    policy = policy or demo_policy(prof, env_id=env_id)
     if prof.model != TINY and prof.warm_up:
         cfg = real_model_config(prof, env_id, out_dir, updates, policy)
     else:
@@ -63,9 +60,9 @@ def demo_config(profile_name: str | None = None, out_dir: str = "runs/demo", upd
         cfg = TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=0, name="demo", updates=updates,
                           policy=policy, reward_mode="outcome", out_dir=out_dir,
                           eval_every=max(4, updates // 3), checkpoint_every=10)
-    # the caller's, over either recipe (neither sets tasks_per_update: None is the profile's)
-    cfg = dataclasses.replace(cfg, quantization=quantization, lr=lr, tasks_per_update=tasks_per_update)
-    return cfg if temperature is None else dataclasses.replace(cfg, temperature=float(temperature))
+    for dotted, value in overrides.items():  # the caller's, over either recipe
+        cfg = with_value(cfg, dotted, value)
+    return resolve(cfg, prof)
 
 
 def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str) -> TrainConfig:
@@ -80,27 +77,23 @@ def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str
 
 
 def run_demo(profile_name: str | None = None, json_path: str | None = None, out_dir: str = "runs/demo",
-             progress: bool = True, updates: int | None = None, env_id: str = DEMO_ENV,
-             quantization: str | None = "profile", lr: float | None = None, temperature: float | None = None,
-             tasks_per_update: int | None = None) -> dict:
+             progress: bool = True, env_id: str = DEMO_ENV, **overrides) -> dict:
     """Train the demo and return (and optionally write) its summary: the JSON that
-    ``agentlab demo --json`` writes (keys in docs/design.md)."""
+    ``agentlab demo --json`` writes (keys in docs/design.md). ``overrides``: as in `demo_config`."""
     prof = profile(profile_name)
     t0 = time.time()
-    start = demo_policy(prof.name, progress, env_id)  # built here (cached after the first run) so that it is timed apart
+    start = demo_policy(prof, progress, env_id)  # built here (cached after the first run) so that it is timed apart
     t_warm = time.time() - t0
-    cfg = demo_config(prof.name, out_dir, updates, policy=start, env_id=env_id, quantization=quantization, lr=lr,
-                      temperature=temperature, tasks_per_update=tasks_per_update)
+    cfg = demo_config(prof, out_dir, policy=start, env_id=env_id, **overrides)
     shutil.rmtree(out_dir, ignore_errors=True)  # the demo always starts fresh
     t1 = time.time()
-    result = train(cfg, progress=progress)
+    result = train(cfg, load_training_policy(cfg), progress=progress)
     seconds = time.time() - t1
     before, after = result.evals[0], result.evals[-1]
     keep = ("success_rate", "success_ci95", "mean_turns", "distinct_tasks")
-    ran = resolve(cfg)  # the profile's values filled in
     summary = {
-        "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "quantization": ran.quantization, "lr": ran.lr,
-        "temperature": ran.temperature, "tasks_per_update": ran.tasks_per_update, "seconds": round(seconds, 1),
+        "env": cfg.env_id, "algo": cfg.algo, "profile": prof.name, "quantization": cfg.quantization, "lr": cfg.lr,
+        "temperature": cfg.temperature, "tasks_per_update": cfg.tasks_per_update, "seconds": round(seconds, 1),
         "warmup_seconds": round(t_warm, 1), "updates": len(result.history),
         "eval_episodes": before["episodes"],
         "before": {k: before[k] for k in keep}, "after": {k: after[k] for k in keep},

@@ -416,8 +416,7 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
             batch_size: int = 64, seed: int = 0) -> Comparison:
     """Try every task once; retry each failure once with the reason in the prompt (S26).
 
-    The retry's first observation starts with "Previous attempt failed: <reason>" (see
-    `failure_reason`). Reports first-try success and success after reflection (a task counts
+    The retry's first observation starts with `reflection_note`: "Previous attempt failed: <reason>". Reports first-try success and success after reflection (a task counts
     if either attempt solved it, so the count can only rise). ``trajectories`` holds the
     corrected episodes — failures turned into successes — which training can add to a batch.
     """
@@ -425,7 +424,7 @@ def reflect(policy, env_id: str, split: str = "eval", num_tasks: int | None = No
     settings = sampling(greedy, temperature, max_new_tokens, env_id)
     first = run_episodes(policy, env_id, tasks, settings, env_kwargs, batch_size, seed)
     failed = [i for i, t in enumerate(first) if not t.success]
-    prefixes = [f"Previous attempt failed: {failure_reason(first[i])}\n" for i in failed]
+    prefixes = [reflection_note(first[i]) for i in failed]
     retries = run_episodes(policy, env_id, [tasks[i] for i in failed], settings, env_kwargs, batch_size,
                    seed + len(tasks), prefixes=prefixes) if failed else []
     corrected = [t for t in retries if t.success]
@@ -485,6 +484,11 @@ def first_try_rate(groups: Sequence[Sequence[Trajectory]]) -> Rate:
 def best_of_n_pick(group: Sequence[Trajectory], verifier: Verifier = reward_verifier) -> Trajectory:
     """The candidate with the highest verifier score (the earliest one on a tie)."""
     return max(group, key=verifier)  # max keeps the first of equal scores
+
+
+def reflection_note(failed: Trajectory) -> str:
+    """The line a retry's first observation starts with, here and in training's retries (S26)."""
+    return f"Previous attempt failed: {failure_reason(failed)}\n"
 
 
 def failure_reason(traj: Trajectory) -> str:

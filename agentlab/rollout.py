@@ -15,6 +15,7 @@ the reply (role O, no loss), so every turn reads a chat the template could have 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -136,6 +137,77 @@ def save_jsonl(trajectories: Sequence[Trajectory], path: str | os.PathLike) -> N
 def load_jsonl(path: str | os.PathLike) -> list[Trajectory]:
     with open(path) as f:
         return [Trajectory.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+# As a Hugging Face dataset (the `trl` extra installs `datasets`): the same round trip, lossless.
+
+def trajectory_features():
+    """The `datasets.Features` of an exported trajectory, one column per `Trajectory` field.
+
+    Lists keep their length-L (tokens) or per-turn shape. Reward components are per turn a
+    list of ``{name, value}`` (order kept, queryable); infos are per turn JSON text, because
+    their shape differs between envs and turns.
+    """
+    from datasets import Features, List, Value
+
+    return Features({
+        "env_id": Value("string"), "task_id": Value("string"),
+        "messages": List({"role": Value("string"), "content": Value("string")}),
+        "token_ids": List(Value("int64")), "roles": List(Value("int8")), "turn_index": List(Value("int64")),
+        "logprobs": List(Value("float64")),
+        "actions": List(Value("string")), "rewards": List(Value("float64")),
+        "components": List(List({"name": Value("string"), "value": Value("float64")})),
+        "infos": List(Value("string")),
+        "values": List(Value("float64")),  # None when no critic was used
+        "terminated": Value("bool"), "truncated": Value("bool"), "success": Value("bool"),
+        "difficulty": Value("int64"), "group": Value("int64"), "temperature": Value("float64"),
+    })
+
+
+def _check_schema(features) -> None:
+    missing = {f.name for f in dataclasses.fields(Trajectory)} - set(features)
+    if missing:
+        raise RuntimeError(f"Trajectory has field(s) {sorted(missing)} that the dataset export does not know; add "
+                           "them to trajectory_features() in agentlab/rollout.py")
+
+
+def trajectory_row(traj: Trajectory) -> dict:
+    """One trajectory as a dataset row (see `trajectory_features`)."""
+    row = traj.to_dict()
+    for m in row["messages"]:
+        if set(m) != {"role", "content"}:
+            raise ValueError(f"trajectory {traj.task_id!r}: a message has keys {sorted(m)}; the export keeps "
+                             "messages as {role, content} only")
+    row["components"] = [[{"name": k, "value": v} for k, v in turn.items()] for turn in row["components"]]
+    row["infos"] = [json.dumps(info) for info in row["infos"]]
+    return row
+
+
+def trajectory_from_row(row: dict) -> Trajectory:
+    """The inverse of `trajectory_row`."""
+    row = dict(row)
+    row["messages"] = [dict(m) for m in row["messages"]]
+    row["components"] = [{c["name"]: c["value"] for c in turn} for turn in row["components"]]
+    row["infos"] = [json.loads(info) for info in row["infos"]]
+    return Trajectory.from_dict(row)
+
+
+def to_dataset(trajs: Sequence[Trajectory]):
+    """agentlab trajectories as a `datasets.Dataset`: messages, token ids and roles, per-turn
+    rewards and components, sampling logprobs, infos. `from_dataset` gives them back unchanged."""
+    from datasets import Dataset
+
+    features = trajectory_features()
+    _check_schema(features)
+    return Dataset.from_list([trajectory_row(t) for t in trajs], features=features)
+
+
+def from_dataset(ds) -> list[Trajectory]:
+    """Trajectories from a dataset written by `to_dataset` (also after save_to_disk / push_to_hub)."""
+    missing = set(trajectory_features()) - set(ds.column_names)
+    if missing:
+        raise ValueError(f"this dataset lacks the trajectory column(s) {sorted(missing)}; was it made by to_dataset?")
+    return [trajectory_from_row(row) for row in ds]
 
 
 def play(env, act, task=None, seed: int = 0) -> Trajectory:

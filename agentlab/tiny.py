@@ -4,7 +4,7 @@
 
 No model hub is reachable where agentlab is built and tested, so the kit makes its own small
 model: the tokenizer learns from the prompts, observations and actions of every env, and the
-model is initialised at random from the profile's architecture. It is saved with
+model is initialised at random with the shape `TINY_ARCH`. It is saved with
 `save_pretrained`, so it loads through the same `from_pretrained` path as a hub model
 (`agentlab.policy.load_policy`). `agentlab.warmup` then teaches it the action grammar.
 """
@@ -19,7 +19,11 @@ from pathlib import Path
 import torch
 
 from agentlab.cache import atomic_save, build_lock, cache_dir
-from agentlab.profiles import Profile, TINY_ARCH, profile
+from agentlab.profiles import Profile, profile
+
+# The tiny model's shape, the same in every profile (a profile says only which model to load);
+# small enough that an RL update takes seconds on two CPU cores.
+TINY_ARCH = dict(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, vocab_size=1024, max_seq_len=768)
 
 SPECIAL = {"pad": "<|pad|>", "eot": "<|end|>", "bos": "<|bos|>"}
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
@@ -80,8 +84,7 @@ def _recipe(prof: Profile) -> dict:
     import tokenizers
     import transformers
 
-    arch = {k: getattr(prof, k) for k in TINY_ARCH}
-    return {"arch": arch, "seed": prof.seed, "envs": _env_source_digest(), "template": CHAT_TEMPLATE, "version": 1,
+    return {"arch": TINY_ARCH, "seed": prof.seed, "envs": _env_source_digest(), "template": CHAT_TEMPLATE, "version": 1,
             "transformers": transformers.__version__.split(".")[0], "tokenizers": tokenizers.__version__}
 
 
@@ -127,12 +130,13 @@ def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool =
             return out
         if verbose:
             print(f"building the tiny policy in {out} ...")
-        tokenizer = train_tokenizer(tokenizer_corpus(seed=prof.seed), prof.vocab_size)
+        tokenizer = train_tokenizer(tokenizer_corpus(seed=prof.seed), TINY_ARCH["vocab_size"])
         torch.manual_seed(prof.seed)
+        a = TINY_ARCH
         config = LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=prof.hidden_size, intermediate_size=prof.intermediate_size,
-            num_hidden_layers=prof.num_layers, num_attention_heads=prof.num_heads, num_key_value_heads=prof.num_heads,
-            max_position_embeddings=prof.max_seq_len, pad_token_id=tokenizer.pad_token_id,
+            vocab_size=len(tokenizer), hidden_size=a["hidden_size"], intermediate_size=a["intermediate_size"],
+            num_hidden_layers=a["num_layers"], num_attention_heads=a["num_heads"], num_key_value_heads=a["num_heads"],
+            max_position_embeddings=a["max_seq_len"], pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True,
         )
         model = LlamaForCausalLM(config)

@@ -1,8 +1,9 @@
 """The training loop: sample tasks → rollout → shape rewards → advantages → update → evaluate.
 
-    cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", algo="grpo", profile="ci")
-    result = train(cfg, callbacks=[dashboard])      # runs/<name>/metrics.jsonl, checkpoints/
-    result = train(cfg, resume=True)                # continue a killed run where it stopped
+    cfg = train_config(profile("ci"), "agentlab/GuessNumber-v0", algo="grpo")   # every field concrete
+    policy = load_training_policy(cfg)              # the start (the profile's warm-up) with a new LoRA adapter
+    result = train(cfg, policy, callbacks=[dashboard])   # runs/<name>/metrics.jsonl, checkpoints/
+    result = train(cfg, policy, resume=True)        # continue a killed run where it stopped
 
 Everything a run writes lives in ``cfg.out_dir``: ``config.json``, ``metrics.jsonl`` (one
 line per update), ``eval.jsonl`` (greedy success on held-out tasks), ``checkpoints/`` (the
@@ -13,7 +14,7 @@ trainable weights, optimiser, value head and RNG states, written atomically ever
 Each update draws its tasks and sampling noise from generators seeded by (seed, update), so
 a resumed run continues exactly as if it had never stopped.
 
-Before the first rollout, `agentlab.memory.preflight` prints the run's memory estimate and stops
+Before the first rollout, `preflight` prints the run's memory estimate and stops
 a run that cannot fit; each minibatch then runs in micro-batches of ``micro_batch_tokens``.
 """
 
@@ -37,12 +38,20 @@ from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
 from agentlab.cache import atomic_save
 from agentlab.envs import env_class, make
-from agentlab.evaluate import evaluate_tasks, run_episodes
+from agentlab.envs.base import ECHO_CHARS
+from agentlab.evaluate import evaluate_tasks, reflection_note, run_episodes
 from agentlab.policy import LoraSettings, Policy, load_policy
-from agentlab.profiles import profile
+from agentlab.profiles import Profile, profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
-from agentlab.rollout import SamplingSettings, Trajectory, rollout, save_jsonl
-from agentlab.tasks import load_tasks
+from agentlab.rollout import (
+    TOO_LONG,
+    SamplingSettings,
+    Trajectory,
+    play,
+    rollout,
+    save_jsonl,
+)
+from agentlab.tasks import Task, load_tasks
 from agentlab.warmup import profile_policy_source
 
 
@@ -53,18 +62,20 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class TrainConfig:
-    """One training run. ``None`` fields take the profile's value (see `resolve`)."""
+    """One training run. `train_config` builds one with every field concrete; a ``None`` in a field
+    marked "the profile's" is filled from the profile by `resolve`, and ``config.json`` holds the
+    values the run used."""
 
     env_id: str = "agentlab/GuessNumber-v0"  # Gymnasium id of the env to train on
     algo: str = "grpo"  # "grpo" or "ppo"
     profile: str | None = None  # "ci", "cpu", "real-cpu" or "gpu"; None = AGENTLAB_PROFILE or the hardware
-    policy: str | None = None  # model folder or hub id to start from; None = the profile's (the tiny policy warmed on env_id)
+    policy: str | None = None  # model folder or hub id to start from; None = the profile's warm-up on env_id
     quantization: str | None = "profile"  # None, "4bit", "8bit" or "profile"
-    lora_r: int | None = None  # LoRA rank
-    updates: int | None = None  # number of updates
-    tasks_per_update: int | None = None  # distinct tasks per update
-    group_size: int | None = None  # samples per task (GRPO's group; PPO just gets more episodes)
-    lr: float | None = None  # AdamW learning rate of the adapter (and value head)
+    lora_r: int | None = None  # LoRA rank (None: the profile's)
+    updates: int | None = None  # number of updates (None: the profile's)
+    tasks_per_update: int | None = None  # distinct tasks per update (None: the profile's)
+    group_size: int | None = None  # samples per task (GRPO's group; PPO just gets more episodes); None: the profile's
+    lr: float | None = None  # AdamW learning rate of the adapter (and value head); None: the profile's
     temperature: float = 1.0  # sampling temperature for training [0.7, 1.0]; eval is greedy
     top_p: float = 1.0  # nucleus sampling; 1.0 keeps training on-policy
     max_new_tokens: int | None = None  # token budget per turn (default: the profile's on this env)
@@ -81,7 +92,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, slower; pays on a real model
     share_prompts: bool | None = None  # run a group's prompt once in sampling and scoring (same numbers, less work)
     eval_every: int = 10  # greedy evaluation on held-out tasks every N updates (and at start and end)
-    eval_episodes: int | None = None  # episodes per evaluation
+    eval_episodes: int | None = None  # episodes per evaluation (None: the profile's)
     checkpoint_every: int = 10  # write a checkpoint every N updates
     checkpoint_seconds: float | None = None  # also after any update once this many seconds passed (None: the profile's)
     max_bad_updates: int = 3  # stop after this many non-finite (or max_kl) updates in a row
@@ -91,9 +102,16 @@ class TrainConfig:
     seed: int = 0  # seeds tasks, sampling and minibatch order
 
 
-def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill every ``None`` from the profile (derived values, computed in one place)."""
-    prof = profile(cfg.profile)
+def train_config(prof: Profile, env_id: str, **fields) -> TrainConfig:
+    """The run ``prof`` gives on ``env_id``, with ``fields`` (any `TrainConfig` field) on top and every
+    profile-dependent field filled in: print it to see the learning rate, batch and budget a run uses."""
+    return resolve(TrainConfig(env_id=env_id, profile=prof.name, **fields), prof)
+
+
+def resolve(cfg: TrainConfig, prof: Profile | None = None) -> TrainConfig:
+    """Fill every ``None`` from the profile (``prof``, else the one ``cfg.profile`` names) and check
+    the fields that cannot work together (derived values, computed in one place)."""
+    prof = prof or profile(cfg.profile)
     if cfg.algo not in ("grpo", "ppo"):
         raise ValueError(f"algo must be 'grpo' or 'ppo', got {cfg.algo!r}")
     shaping = cfg.shaping
@@ -123,8 +141,12 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
 
 def load_training_policy(cfg: TrainConfig) -> Policy:
-    """The policy to train: a LoRA adapter on the profile's (or the given) base model."""
+    """The policy ``train`` takes: a new LoRA adapter on ``cfg.policy``, or on the profile's warm-up on
+    ``cfg.env_id`` (built and cached on first use) where that is None. The adapter's initial weights
+    are drawn under ``cfg.seed``, so the same config starts from the same policy."""
+    cfg = resolve(cfg)
     source = cfg.policy or profile_policy_source(profile(cfg.profile), envs=[cfg.env_id])
+    torch.manual_seed(cfg.seed)
     return load_policy(source, quantization=cfg.quantization, lora=LoraSettings(r=cfg.lora_r, alpha=2 * cfg.lora_r))
 
 
@@ -187,17 +209,6 @@ def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | 
 
 # ---------------------------------------------------------------------------- one update's data
 
-def retry_prefix(failed: Trajectory) -> str:
-    """The note a reflection retry starts with: the failed attempt's last env reply (S26).
-
-    Worded unlike `agentlab.evaluate.reflect`'s note ("Previous attempt failed: <failure_reason>")
-    so that training runs with ``reflection=True`` keep their numbers.
-    """
-    last = failed.messages[-1]
-    reason = last["content"] if last["role"] == "user" else "no answer"
-    return f"A previous attempt failed. Last feedback: {reason.strip()[:160]}\n"
-
-
 def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             rng: np.random.Generator) -> tuple[list[Trajectory], list[Trajectory]]:
     """Rollouts for one update in contiguous groups; plus reflection retries of all-failed groups."""
@@ -219,7 +230,7 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             # one batch per group, sampling on from the update's generator, so the draws stay reproducible
             redo = run_episodes(policy, cfg.env_id, [tasks[g]] * cfg.group_size, settings, env_kwargs,
                                 batch_size=cfg.group_size, seed=None,
-                                prefixes=[retry_prefix(group[0])] * cfg.group_size, generator=gen)
+                                prefixes=[reflection_note(group[0])] * cfg.group_size, generator=gen)
             for t in redo:
                 t.group = len(tasks) + len(retries) // cfg.group_size
             retries += redo
@@ -237,6 +248,80 @@ def episode_rewards(trajs: list[Trajectory], cfg: TrainConfig) -> tuple[torch.Te
 def batch_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict:
     """The diagnostics that come from the episodes themselves (`agentlab.metrics.episode_metrics`)."""
     return M.episode_metrics(trajs, cfg.group_size)
+
+
+# ---------------------------------------------------------------------------- the memory preflight
+
+def episode_tokens(policy: Policy, env_id: str, env_kwargs: dict, tasks: list[Task],
+                   max_new_tokens: int) -> tuple[int, int, int]:
+    """(longest episode, shortest prompt, actions' tokens at most) for ``tasks``, in tokens, without sampling.
+
+    An episode is its prompt, then up to max_steps turns of an action of at most ``max_new_tokens``
+    and the env's reply. The longest reply is taken from the expert's episodes, the reply to a
+    too-long action, and the reply to an invalid one with the quote of the action it echoes; the
+    last reply may add the out-of-steps note. Capped at the model's context, as rollout caps it.
+    """
+    longest, shortest_prompt, most_actions = 0, None, 0
+    for task in tasks:
+        env = make(env_id, **env_kwargs)
+        obs, info = env.reset(options={"task": task})
+        prompt, steps = len(policy.prompt_ids(env.system_prompt, obs)), info["max_steps"]
+        invalid = len(policy.observation_ids(env.step("")[0])) + min(max_new_tokens, ECHO_CHARS) + 3  # + the quote
+        expert = [m["content"] for m in play(env, lambda e: e.expert_action(), task=task).messages[2:]
+                  if m["role"] == "user"]
+        replies = [invalid] + [len(policy.observation_ids(r)) for r in [TOO_LONG.format(n=max_new_tokens), *expert]]
+        reply = 1 + max(replies)  # + the end-of-turn that closes a cut action
+        note = len(policy.encode(f"\nOut of steps ({steps})."))
+        longest = max(longest, prompt + steps * (max_new_tokens + reply) + note)
+        shortest_prompt = prompt if shortest_prompt is None else min(shortest_prompt, prompt)
+        most_actions = max(most_actions, steps * max_new_tokens)
+        env.close()
+    max_context = getattr(policy.model.config, "max_position_embeddings", 4096)
+    return min(longest, max_context), shortest_prompt, most_actions
+
+
+def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> int | None:
+    """Print the run's memory estimate and return the micro-batch budget in tokens: ``cfg.micro_batch_tokens``,
+    else the largest that fits (None where the available memory is unknown: whole minibatches).
+    Raises `MemoryBudgetError` when the run cannot fit. ``cfg`` is resolved; ``tasks`` are its held-out
+    tasks, whose prompts and replies bound an episode's length."""
+    levels = cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty]
+    rng = np.random.default_rng(cfg.seed)  # its own generator: the run's task draws stay as they are
+    generated = [make(cfg.env_id, **cfg.env_kwargs).generate_task(rng, d) for d in levels]
+    env_kwargs = {**cfg.env_kwargs, **({"max_steps": max(cfg.horizon)} if cfg.horizon else {})}
+    context, prompt, actions = episode_tokens(policy, cfg.env_id, env_kwargs, tasks[:2] + generated, cfg.max_new_tokens)
+    dtype = next(p.dtype for p in policy.model.parameters() if p.is_floating_point())
+    shape = memory.ModelShape.from_config(policy.model.config, dtype, policy.quantization)
+    trainable = policy.num_parameters(trainable_only=True) + (shape.hidden + 1 if cfg.algo == "ppo" else 0)
+    rows = max(cfg.tasks_per_update * cfg.group_size, len(tasks))  # a training batch, or evaluation's one batch
+    minibatch = (cfg.grpo if cfg.algo == "grpo" else cfg.ppo).minibatch_size * context  # the most one pass can hold
+    sizes = dict(rollout_rows=rows, context=context, action_share=actions / (prompt + actions),
+                 checkpointing=cfg.gradient_checkpointing)
+    # the model is loaded: what it holds counts both in the estimate and as available
+    available = memory.available_bytes(policy.device)
+    available = None if available is None else available + sum(
+        p.numel() * p.element_size() for p in policy.model.parameters())
+    budget = cfg.micro_batch_tokens
+    if budget is None and available is not None:
+        budget = memory.largest_budget(shape, trainable, available, **sizes)
+    est = memory.estimate(shape, trainable, minibatch if budget is None else min(budget, minibatch), **sizes)
+    print(est.describe(available))
+    if available is not None and est.total > memory.SAFE_SHARE * available:
+        raise memory.MemoryBudgetError(memory_advice(est, available, cfg))
+    return budget
+
+
+def memory_advice(est: memory.MemoryEstimate, available: float, cfg: TrainConfig) -> str:
+    """The error of a run that cannot fit: what it needs, and the settings that lower each part."""
+    budget = (f"micro_batch_tokens (now {cfg.micro_batch_tokens:,})" if cfg.micro_batch_tokens else
+              f"micro_batch_tokens (even one episode of {est.context:,} tokens per micro-batch does not fit)")
+    episodes = f"tasks_per_update {cfg.tasks_per_update} × group_size {cfg.group_size}"
+    knobs = [budget, f"the episodes per update ({episodes}: the KV cache)",
+             f"max_new_tokens (now {cfg.max_new_tokens}: the episode length)"]
+    knobs += [] if cfg.gradient_checkpointing else ["or set gradient_checkpointing=True (activations)"]
+    size = memory.format_bytes
+    return (f"this run needs about {size(est.total)}, more than {memory.SAFE_SHARE:.0%} of the {size(available)} "
+            f"available ({est.describe()}). Lower " + ", ".join(knobs) + ".")
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -337,14 +422,18 @@ def check_update(update: int, stats: dict, cfg: TrainConfig, streaks: dict[str, 
 
 # ---------------------------------------------------------------------------- the loop
 
-def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False, progress: bool = True,
-          policy: Policy | None = None) -> TrainResult:
-    """Train ``cfg.updates`` updates; see the module docstring for what is written where.
+def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resume: bool = False,
+          progress: bool = True) -> TrainResult:
+    """Train ``policy`` (with a LoRA adapter, e.g. from `load_training_policy`) for ``cfg.updates``
+    updates; see the module docstring for what is written where.
 
     ``callbacks`` are called as ``cb(update, metrics, trajectories)`` after every update.
-    ``policy``: train this already-loaded policy (with a LoRA adapter) instead of loading one.
     """
-    cfg = resolve(cfg)
+    if not isinstance(policy, Policy):
+        raise TypeError(f"train(cfg, policy) takes a loaded Policy, got {type(policy).__name__}; "
+                        "load one with load_training_policy(cfg)")
+    # config.json names the model the run started from, also where the profile chose it
+    cfg = dataclasses.replace(resolve(cfg), policy=cfg.policy or policy.name)
     out_dir = Path(cfg.out_dir)
     if out_dir.exists() and not resume and latest_checkpoint(out_dir) is not None:
         raise FileExistsError(f"{out_dir} already holds a run; pass resume=True to continue it or pick another name")
@@ -352,7 +441,6 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1, default=str))
     torch.manual_seed(cfg.seed)
-    policy = policy or load_training_policy(cfg)
     policy.share_prompts = cfg.share_prompts
     if cfg.gradient_checkpointing:  # non-reentrant: works with a frozen base under a LoRA adapter
         policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -373,7 +461,7 @@ def train(cfg: TrainConfig, callbacks: list[Callable] = (), resume: bool = False
     evals = [json.loads(ln) for ln in (out_dir / "eval.jsonl").read_text().splitlines()] \
         if (out_dir / "eval.jsonl").exists() else []
     held_out = eval_tasks(cfg)
-    micro_batch_tokens = memory.preflight(policy, cfg, held_out)  # prints the estimate; stops a run that cannot fit
+    micro_batch_tokens = preflight(policy, cfg, held_out)  # prints the estimate; stops a run that cannot fit
 
     def run_eval(update: int) -> None:
         res = greedy_eval(policy, cfg, held_out)

@@ -804,7 +804,7 @@ def _svg_panel(title: str, xs: Sequence[int], series: Mapping[str, Sequence[floa
 
 
 class TrainingDashboard(_Shown):
-    """Live training curves and alarms. Use as a callback: ``train(cfg, callbacks=[dash])``;
+    """Live training curves and alarms. Use as a callback: ``train(cfg, policy, callbacks=[dash])``;
     it is called as ``dash(update, metrics, trajectories)`` after every update.
 
     Keeps every metric's history (``history``; NaN where a key was not logged) and redraws

@@ -58,7 +58,7 @@ def measure(recipe: str, difficulty: int, seed: int, out: Path, held_kwargs: dic
     from agentlab import phenomena as P
     from agentlab.policy import load_policy
     from agentlab.profiles import profile
-    from agentlab.train import train
+    from agentlab.train import load_training_policy, train
 
     runs = getattr(P, recipe)(profile("ci"), seed=seed)
     first = next(iter(runs.values()))
@@ -68,7 +68,7 @@ def measure(recipe: str, difficulty: int, seed: int, out: Path, held_kwargs: dic
     for name, cfg in runs.items():
         cfg = dataclasses.replace(cfg, out_dir=str(out / cfg.name))
         t0 = time.time()
-        result = train(cfg, progress=False)
+        result = train(cfg, load_training_policy(cfg), progress=False)
         seconds = time.time() - t0
         samples = SAMPLES if sampled else 0
         found[name] = {"before": P.held_out_numbers(start, cfg, tasks, samples),

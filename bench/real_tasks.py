@@ -65,10 +65,10 @@ def tiny_rows(env_id: str, quick: bool) -> tuple[list, dict]:
     warm = evaluate(load_policy(str(path)), env_id, tasks=tasks, max_new_tokens=budget)
     results = {"expert": expert, "biased": biased, "untrained": untrained, "warm": warm, "n": len(tasks),
                "warm_s": report["demo_seconds"] + report["sft_seconds"], "built_s": time.time() - t0}
-    rows = [[f"expert (scripted)", len(tasks), rate(expert), by_level(expert)],
-            [f"biased demonstrator", len(tasks), rate(biased), by_level(biased)],
-            [f"tiny, untrained (sampled)", len(tasks), rate(untrained), by_level(untrained)],
-            [f"tiny, warmed (greedy)", len(tasks), rate(warm), by_level(warm)]]
+    rows = [["expert (scripted)", len(tasks), rate(expert), by_level(expert)],
+            ["biased demonstrator", len(tasks), rate(biased), by_level(biased)],
+            ["tiny, untrained (sampled)", len(tasks), rate(untrained), by_level(untrained)],
+            ["tiny, warmed (greedy)", len(tasks), rate(warm), by_level(warm)]]
     return rows, results
 
 
@@ -87,9 +87,9 @@ def smol_rows(env_id: str, n: int) -> tuple[list, dict]:
     warm_s = time.time() - t0
     warmed = load_policy(str(warm_path))
     warm = evaluate(warmed, env_id, tasks=tasks, max_new_tokens=budget)
-    rows = [[f"SmolLM2-135M, zero-shot (greedy)", len(tasks), rate(zero), by_level(zero),
+    rows = [["SmolLM2-135M, zero-shot (greedy)", len(tasks), rate(zero), by_level(zero),
              f"valid actions {1 - zero.invalid_rate:.2f}"],
-            [f"SmolLM2-135M, warmed (greedy)", len(tasks), rate(warm), by_level(warm),
+            ["SmolLM2-135M, warmed (greedy)", len(tasks), rate(warm), by_level(warm),
              f"valid actions {1 - warm.invalid_rate:.2f}; warm-up {warm_s:.0f} s"]]
     return rows, {"zero": zero, "warm": warm, "policy": warmed, "tasks": tasks}
 
@@ -136,7 +136,7 @@ def wordle_grpo(updates: int = 10, lr: float = 5e-3) -> str:
     from agentlab.evaluate import evaluate
     from agentlab.policy import load_policy
     from agentlab.profiles import profile
-    from agentlab.train import TrainConfig, resolve, train
+    from agentlab.train import TrainConfig, load_training_policy, resolve, train
     from agentlab.warmup import warm_policy_path
 
     env_id, prof = "agentlab/Wordle-v0", profile("ci")
@@ -146,7 +146,7 @@ def wordle_grpo(updates: int = 10, lr: float = 5e-3) -> str:
     cfg = resolve(TrainConfig(env_id=env_id, algo="grpo", profile="ci", policy=str(warm), updates=updates,
                               tasks_per_update=8, lr=lr, eval_every=10 * updates, eval_episodes=8, out_dir=out))
     t0 = time.time()
-    result = train(cfg, progress=False)
+    result = train(cfg, load_training_policy(cfg), progress=False)
     seconds = time.time() - t0
     shutil.rmtree(out, ignore_errors=True)
 

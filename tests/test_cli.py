@@ -14,7 +14,7 @@ import pytest
 
 from agentlab.budget import compute_budget
 from agentlab.cli import COMMANDS, build_parser, main
-from agentlab.train import resolve
+from agentlab.profiles import profile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,12 +106,13 @@ def test_train_passes_the_warm_up_share_to_the_run(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(agentlab.warmup, "warm_policy_path",  # which warm-up was asked for, not built
                         lambda prof, envs=None, imperfect_share=None, **kw: f"warm-{envs[0]}-{imperfect_share}")
 
-    def no_training(cfg, resume=False):  # what the command asked for, not trained
+    def no_training(cfg, policy, resume=False):  # what the command asked for, not trained
         seen.append(cfg)
         evals = [{"update": 0, "success_rate": 0.25}]
-        return agentlab.train.TrainResult(policy=None, history=[], evals=evals, out_dir=tmp_path)
+        return agentlab.train.TrainResult(policy=policy, history=[], evals=evals, out_dir=tmp_path)
 
     monkeypatch.setattr(agentlab.train, "train", no_training)
+    monkeypatch.setattr(agentlab.train, "load_training_policy", lambda cfg: None)  # no model either
     assert main(["train", "--env", "GuessNumber", "--imperfect-share", "0.6", "--out", str(tmp_path)]) == 0
     assert main(["train", "--env", "GuessNumber", "--out", str(tmp_path)]) == 0
     # the share names the run's starting policy; without one the run loads the env's own warm-up itself
@@ -129,7 +130,7 @@ def test_demo_passes_its_quantization_to_the_run(monkeypatch, tmp_path):
     assert seen == ["4bit", None, "profile"]
     cfg = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="Dialog", quantization="4bit")
     assert cfg.quantization == "4bit" and cfg.temperature == 0.8  # the real-model recipe, in 4-bit
-    assert agentlab.demo.demo_config("ci", policy="warm").quantization == "profile"
+    assert agentlab.demo.demo_config("ci", policy="warm").quantization is None  # the ci profile's, filled in
 
 
 def test_demo_passes_its_learning_rate_temperature_and_questions_to_the_run(monkeypatch, tmp_path):
@@ -137,36 +138,28 @@ def test_demo_passes_its_learning_rate_temperature_and_questions_to_the_run(monk
 
     seen = []
     monkeypatch.setattr(agentlab.demo, "run_demo",
-                        lambda *args, **kw: seen.append((kw["lr"], kw["temperature"], kw["tasks_per_update"])))
+                        lambda *args, **kw: seen.append((kw.get("lr"), kw.get("temperature"), kw.get("tasks_per_update"))))
     assert main(["demo", "--profile", "ci", "--lr", "2e-4", "--temperature", "0.9", "--tasks-per-update", "16",
                  "--out", str(tmp_path)]) == 0
     assert main(["demo", "--profile", "ci", "--out", str(tmp_path)]) == 0
     assert seen == [(2e-4, 0.9, 16), (None, None, None)]
     recipe = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="WebSearch")
     wider = agentlab.demo.demo_config("real-cpu", policy="warm", env_id="WebSearch", tasks_per_update=16)
-    assert (recipe.tasks_per_update, resolve(recipe).tasks_per_update, wider.tasks_per_update) == (None, 8, 16)
+    assert (recipe.tasks_per_update, wider.tasks_per_update) == (8, 16)  # the profile's, and the flag's
     assert wider.grpo.minibatch_size == recipe.grpo.minibatch_size == 64  # the step's size stays: two steps, not one
     with pytest.raises(ValueError, match="tasks_per_update must be at least 1"):
-        resolve(agentlab.demo.demo_config("ci", policy="warm", tasks_per_update=0))
+        agentlab.demo.demo_config("ci", policy="warm", tasks_per_update=0)
     for name, recipe_temperature in (("real-cpu", 0.8), ("ci", 1.0)):  # the real-model recipe and the tiny one
         cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", lr=3e-4, temperature=0.9)
         assert (cfg.lr, cfg.temperature) == (3e-4, 0.9)
         cfg = agentlab.demo.demo_config(name, policy="warm", env_id="Dialog")
-        assert (cfg.lr, cfg.temperature) == (None, recipe_temperature)  # the profile's rate, the recipe's temperature
+        assert (cfg.lr, cfg.temperature) == (profile(name).rl_lr, recipe_temperature)  # the profile's rate, the recipe's temperature
         with pytest.raises(ValueError, match="temperature must be above 0"):  # checked where every run is resolved
-            resolve(agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", temperature=0))
+            agentlab.demo.demo_config(name, policy="warm", env_id="Dialog", temperature=0)
 
 
-def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys):
-    import agentlab.train
-
-    class Loading(Exception):
-        pass
-
-    def no_model(cfg):  # the message comes before the model loads: stop there
-        raise Loading
-
-    monkeypatch.setattr(agentlab.train, "load_training_policy", no_model)
+def test_train_resume_says_where_it_starts(monkeypatch, tmp_path, capsys, tiny_path):
+    Loading = stop_before_the_run(monkeypatch, tiny_path)
     for flags in (["--resume"], ["--resume", "--checkpoint-seconds", "0", "--micro-batch-tokens", "4096"]):
         with pytest.raises(Loading):
             main(["train", "--env", "GuessNumber", "--profile", "ci", "--out", str(tmp_path / "run"), *flags])
@@ -194,25 +187,28 @@ def test_train_help_lists_every_field_with_its_doc_and_default():
         assert "(default:" in entry
 
 
-def stop_before_the_model(monkeypatch):
-    """``agentlab train`` up to the point where train() has written config.json."""
+def stop_before_the_run(monkeypatch, tiny_path):
+    """``agentlab train`` up to the point where train() has written config.json and said where it
+    starts: the untrained tiny model stands in for the warm-up, and the memory preflight stops it."""
     import agentlab.train
+    from agentlab.policy import load_policy
 
-    class Loading(Exception):
+    class Stopped(Exception):
         pass
 
-    def no_model(cfg):
-        raise Loading
+    def stop(*args):
+        raise Stopped
 
-    monkeypatch.setattr(agentlab.train, "load_training_policy", no_model)
-    return Loading
+    monkeypatch.setattr(agentlab.train, "load_training_policy", lambda cfg: load_policy(str(tiny_path)))
+    monkeypatch.setattr(agentlab.train, "preflight", stop)
+    return Stopped
 
 
-def test_a_runs_config_json_passed_back_repeats_the_run(monkeypatch, tmp_path):
+def test_a_runs_config_json_passed_back_repeats_the_run(monkeypatch, tmp_path, tiny_path):
     from agentlab.flags import from_dict
     from agentlab.train import TrainConfig
 
-    loading = stop_before_the_model(monkeypatch)
+    loading = stop_before_the_run(monkeypatch, tiny_path)
     first = tmp_path / "first"
     flags = ["--env", "Maze", "--profile", "ci", "--lr", "3e-4", "--grpo.beta", "0.1", "--grpo.clip_coef=0.3",
              "--shaping.zscore", "--difficulty", "0,1", "--horizon", "2,4", "--env-kwargs", '{"max_steps": 6}',
@@ -224,6 +220,7 @@ def test_a_runs_config_json_passed_back_repeats_the_run(monkeypatch, tmp_path):
     assert (cfg.env_id, cfg.lr, cfg.grpo.beta, cfg.grpo.clip_coef, cfg.updates) == ("agentlab/Maze-v0", 3e-4, 0.1, 0.3, 7)
     assert cfg.shaping.zscore and not cfg.grpo.drop_zero_variance and cfg.name == "maze-grpo"
     assert (cfg.difficulty, cfg.horizon, cfg.env_kwargs, cfg.quantization) == ([0, 1], (2, 4), {"max_steps": 6}, None)
+    assert cfg.policy == str(tiny_path)  # the model the run started from, also where the profile chose it
 
     for again, extra in [("again", []), ("changed", ["--grpo.beta", "0.2", "--seed", "3"])]:
         with pytest.raises(loading):

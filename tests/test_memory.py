@@ -230,22 +230,24 @@ def test_a_run_that_cannot_fit_stops_before_any_rollout(tmp_path, warm_path, mon
     cfg = training.TrainConfig(profile="ci", policy=str(warm_path), out_dir=str(tmp_path / "big"), tasks_per_update=4,
                                group_size=4, eval_episodes=8)
     what_to_lower = "micro_batch_tokens.*group_size.*max_new_tokens.*gradient_checkpointing"
+    policy = training.load_training_policy(cfg)
     with pytest.raises(memory.MemoryBudgetError, match=what_to_lower):
-        training.train(cfg, progress=False)
+        training.train(cfg, policy, progress=False)
     with pytest.raises(memory.MemoryBudgetError, match=r"micro_batch_tokens \(now 100,000\)"):
-        training.train(training.TrainConfig(**{**vars(cfg), "micro_batch_tokens": 100_000}), progress=False)
+        training.train(training.TrainConfig(**{**vars(cfg), "micro_batch_tokens": 100_000}), policy, progress=False)
     assert not (tmp_path / "big" / "eval.jsonl").exists()
 
 
 def test_preflight_picks_a_budget_that_fits(warm_path, monkeypatch, capsys):
+    from agentlab import train as train_mod
     from agentlab.train import TrainConfig, eval_tasks, resolve
 
     policy = load_policy(str(warm_path), lora=LoraSettings(r=8, alpha=16))
     cfg = resolve(TrainConfig(profile="ci", tasks_per_update=4, group_size=4, eval_episodes=8))
     tasks = eval_tasks(cfg)
-    context = memory.episode_tokens(policy, cfg.env_id, {}, tasks, cfg.max_new_tokens)[0]
-    assert memory.preflight(policy, cfg, tasks) > 32 * context, "the tiny policy's minibatches fit in one pass"
+    context = train_mod.episode_tokens(policy, cfg.env_id, {}, tasks, cfg.max_new_tokens)[0]
+    assert train_mod.preflight(policy, cfg, tasks) > 32 * context, "the tiny policy's minibatches fit in one pass"
     monkeypatch.setattr(memory, "available_bytes", lambda device: 150 * 2**20)
-    assert context <= memory.preflight(policy, cfg, tasks) < 32 * context, "on 150 MB a minibatch runs in pieces"
+    assert context <= train_mod.preflight(policy, cfg, tasks) < 32 * context, "on 150 MB a minibatch runs in pieces"
     out = capsys.readouterr().out
     assert out.count("memory estimate: weights") == 2 and "KV cache" in out and "available" in out

@@ -289,7 +289,7 @@ def test_any_openenv_server_is_an_agentlab_env(tiny_path):
 def test_train_and_evaluate_run_unchanged_on_a_served_env(guess_server, tiny_path, tmp_path):
     from agentlab.evaluate import evaluate
     from agentlab.policy import load_policy
-    from agentlab.train import TrainConfig, train
+    from agentlab.train import TrainConfig, load_training_policy, train
 
     env_id = register_remote(guess_server.url)
     assert url_of(env_id) == guess_server.url  # a run's config.json names its server
@@ -302,7 +302,7 @@ def test_train_and_evaluate_run_unchanged_on_a_served_env(guess_server, tiny_pat
     for where, env in [("remote", env_id), ("local", GUESS)]:
         cfg = TrainConfig(env_id=env, profile="ci", policy=str(tiny_path), updates=1, tasks_per_update=2, group_size=2,
                           eval_episodes=2, max_new_tokens=8, out_dir=str(tmp_path / where))
-        runs[where] = train(cfg, progress=False)
+        runs[where] = train(cfg, load_training_policy(cfg), progress=False)
     keep = lambda record: {k: v for k, v in record.items() if not k.startswith(("seconds", "tokens_per_s"))}  # noqa
     assert [keep(r) for r in runs["remote"].history] == [keep(r) for r in runs["local"].history]
     assert runs["remote"].evals == runs["local"].evals

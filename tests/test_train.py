@@ -9,7 +9,7 @@ import torch
 
 from agentlab.algos import grpo, losses
 from agentlab.policy import LoraSettings, load_policy
-from agentlab.train import TrainConfig, TrainingDiverged, train
+from agentlab.train import TrainConfig, TrainingDiverged, load_training_policy, train
 
 
 def small(tmp_path, name, **kw):
@@ -112,7 +112,7 @@ def test_grpo_training_raises_held_out_greedy_success(tmp_path, warm_path):
     reward. Greedy success on the held-out tasks must rise by at least 25 points."""
     cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", profile="ci", name="learns", out_dir=str(tmp_path / "learns"),
                       policy=str(warm_path), updates=6, eval_every=6, reward_mode="outcome")
-    result = train(cfg, progress=False)
+    result = fit(cfg, progress=False)
     before, after = result.evals[0], result.evals[-1]
     assert before["distinct_tasks"] == after["distinct_tasks"] >= 8
     assert after["success_rate"] >= before["success_rate"] + 0.25, (before, after)
@@ -124,18 +124,24 @@ def test_ppo_training_raises_held_out_greedy_success(tmp_path, warm_path):
     same setting as the GRPO test: greedy held-out success must rise by at least 25 points."""
     cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", algo="ppo", profile="ci", name="ppo", out_dir=str(tmp_path / "ppo"),
                       policy=str(warm_path), updates=6, eval_every=6, reward_mode="outcome")
-    result = train(cfg, progress=False)
+    result = fit(cfg, progress=False)
     before, after = result.evals[0], result.evals[-1]
     assert before["distinct_tasks"] == after["distinct_tasks"] >= 8
     assert after["success_rate"] >= before["success_rate"] + 0.25, (before, after)
     assert result.history[0]["explained_variance"] == pytest.approx(0.0, abs=1e-6)  # the value head starts at 0
 
 
+def fit(cfg: TrainConfig, **kwargs):
+    """``train`` from the start the config names, loaded as the command line loads it."""
+    return train(cfg, load_training_policy(cfg), **kwargs)
+
+
 # A training run in a process of its own, so that the test can kill it with SIGKILL (kill -9).
 KILLABLE_RUN = """
 import json, sys
-from agentlab.train import TrainConfig, train
-train(TrainConfig(**json.loads(sys.argv[1])), progress=False)
+from agentlab.train import TrainConfig, load_training_policy, train
+cfg = TrainConfig(**json.loads(sys.argv[1]))
+train(cfg, load_training_policy(cfg), progress=False)
 """
 
 
@@ -163,13 +169,13 @@ def kill_after_first_checkpoint(cfg: TrainConfig, timeout_s: float = 300) -> Non
 def test_killed_run_resumes_as_if_never_stopped(tmp_path, warm_path, capsys):
     """kill -9 after the first update (checkpoint_seconds=0: every update checkpoints), then resume: the
     run continues from its last checkpoint, says so, and ends exactly as a run that was never stopped."""
-    full = train(small(tmp_path, "full", policy=str(warm_path), eval_every=2), progress=False)
+    full = fit(small(tmp_path, "full", policy=str(warm_path), eval_every=2), progress=False)
     cfg = small(tmp_path, "killed", policy=str(warm_path), eval_every=2, checkpoint_seconds=0)
     kill_after_first_checkpoint(cfg)
     assert not (tmp_path / "killed" / "final").exists(), "killed before it finished"
     last = sorted((tmp_path / "killed" / "checkpoints").glob("update-*"))[-1]
     capsys.readouterr()
-    resumed = train(cfg, resume=True, progress=False)
+    resumed = fit(cfg, resume=True, progress=False)
     done = int(last.name.split("-")[1])
     assert f"resuming {tmp_path / 'killed'} from update {done} ({last.name})" in capsys.readouterr().out
     volatile = ("tokens_per_s", "seconds_rollout", "seconds_update")
@@ -181,15 +187,15 @@ def test_killed_run_resumes_as_if_never_stopped(tmp_path, warm_path, capsys):
 
 
 def test_resume_with_nothing_to_resume_says_so(tmp_path, warm_path, capsys):
-    train(small(tmp_path, "fresh", policy=str(warm_path), updates=1), resume=True, progress=False)
+    fit(small(tmp_path, "fresh", policy=str(warm_path), updates=1), resume=True, progress=False)
     assert f"{tmp_path / 'fresh'} has no checkpoint: starting from update 0" in capsys.readouterr().out
 
 
 def test_resume_refuses_to_overwrite_without_flag(tmp_path, warm_path):
     cfg = small(tmp_path, "twice", policy=str(warm_path), updates=2)
-    train(cfg, progress=False)
+    fit(cfg, progress=False)
     with pytest.raises(FileExistsError, match="resume=True"):
-        train(cfg, progress=False)
+        fit(cfg, progress=False)
 
 
 def test_one_nan_loss_is_skipped_with_a_warning(tmp_path, warm_path, monkeypatch):
@@ -220,7 +226,7 @@ def test_nan_losses_in_a_row_stop_with_a_clear_message(tmp_path, warm_path, monk
 
     monkeypatch.setattr(grpo, "clipped_surrogate", always_nan)
     with pytest.warns(UserWarning), pytest.raises(TrainingDiverged, match="Lower the learning rate"):
-        train(small(tmp_path, "nan3", policy=str(warm_path), updates=5, max_bad_updates=3), progress=False)
+        fit(small(tmp_path, "nan3", policy=str(warm_path), updates=5, max_bad_updates=3), progress=False)
 
 
 def test_kl_above_max_kl_warns_then_stops(tmp_path, warm_path):
@@ -228,7 +234,7 @@ def test_kl_above_max_kl_warns_then_stops(tmp_path, warm_path):
     cfg = small(tmp_path, "kl", policy=str(warm_path), updates=5, max_kl=0.0, max_bad_updates=2)
     with pytest.warns(UserWarning, match="above max_kl=0.0.*Lower the learning rate"), \
             pytest.raises(TrainingDiverged, match="2 updates in a row had a KL to the reference above max_kl"):
-        train(cfg, progress=False)
+        fit(cfg, progress=False)
     lines = (tmp_path / "kl" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(ln)["kl"] > 0 for ln in lines)
 
@@ -237,7 +243,7 @@ def test_4bit_lora_training_runs_on_cpu(tmp_path, warm_path):
     import bitsandbytes as bnb
 
     cfg = small(tmp_path, "q4", policy=str(warm_path), quantization="4bit", updates=2)
-    result = train(cfg, progress=False)
+    result = fit(cfg, progress=False)
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in result.policy.model.modules())
     moved = [n for n, p in result.policy.model.named_parameters() if p.requires_grad and p.abs().sum() > 0
              and "lora_B" in n]
@@ -247,9 +253,23 @@ def test_4bit_lora_training_runs_on_cpu(tmp_path, warm_path):
 
 def test_config_rejects_unknown_algo_and_env(tmp_path):
     with pytest.raises(ValueError, match="algo"):
-        train(dataclasses.replace(small(tmp_path, "x"), algo="dqn"), progress=False)
+        fit(dataclasses.replace(small(tmp_path, "x"), algo="dqn"), progress=False)
     with pytest.raises(KeyError, match="unknown environment"):
-        train(dataclasses.replace(small(tmp_path, "y"), env_id="agentlab/Nope-v0"), progress=False)
+        fit(dataclasses.replace(small(tmp_path, "y"), env_id="agentlab/Nope-v0"), progress=False)
+
+
+def test_a_profiles_config_shows_every_value_and_train_takes_a_loaded_policy(tmp_path):
+    import agentlab.train as T
+    from agentlab.profiles import profile
+
+    cfg = T.train_config(profile("ci"), "agentlab/Maze-v0", algo="ppo", lr=1e-3)
+    assert cfg.lr == 1e-3 and cfg.updates == profile("ci").rl_updates and cfg.profile == "ci"
+    filled = ("lora_r", "updates", "tasks_per_update", "group_size", "lr", "max_new_tokens", "eval_episodes",
+              "share_prompts", "out_dir")
+    assert all(getattr(cfg, name) is not None for name in filled), cfg
+    assert cfg.max_new_tokens == profile("ci").turn_tokens("agentlab/Maze-v0")
+    with pytest.raises(TypeError, match="load_training_policy"):  # a path is not a policy: say how to get one
+        train(cfg, "runs/some-model")
 
 
 def test_ppo_refuses_reward_shaping():
@@ -274,7 +294,7 @@ def test_reflection_retries_all_failed_groups_with_the_last_feedback(tiny_path):
     failed = [g for g in range(2) if not any(t.success for t in trajs[2 * g:2 * g + 2])]
     assert failed and len(retries) == 2 * len(failed)  # the untrained policy fails every task
     for k, t in enumerate(retries):
-        assert t.messages[1]["content"].startswith("A previous attempt failed. Last feedback: ")
+        assert t.messages[1]["content"].startswith("Previous attempt failed: ")  # as evaluate.reflect words it
         assert t.task_id == trajs[2 * failed[k // 2]].task_id and t.group == 2 + k // 2
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from agentlab.metrics import approx_kl, clip_fraction, masked_mean
+from agentlab.tensors import approx_kl, clip_fraction, masked_mean
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,

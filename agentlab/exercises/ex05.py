@@ -8,7 +8,7 @@ import torch
 
 from agentlab.algos.losses import clipped_surrogate
 from agentlab.exercises import exercise, first_mismatch, scalar
-from agentlab.metrics import explained_variance as _explained_variance
+from agentlab.tensors import explained_variance as _explained_variance
 
 # (ratio, advantage) pairs covering every branch of the min/clip: inside the band, above and
 # below it, with positive and negative advantages.

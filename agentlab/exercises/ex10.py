@@ -8,8 +8,8 @@ import math
 import torch
 
 from agentlab.exercises import all_close, exercise, first_mismatch, floats
-from agentlab.metrics import entropy_from_logits
 from agentlab.rewards import floor_reward
+from agentlab.tensors import entropy_from_logits
 
 # ---------------------------------------------------------------------------- 10.token_entropy
 

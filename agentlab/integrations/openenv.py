@@ -3,7 +3,7 @@
     agentlab serve --env GuessNumber --port 8000            # a server (or serve_in_thread(...) in a notebook)
 
     env_id = register_remote("http://127.0.0.1:8000")      # -> "openenv/GuessNumber-127.0.0.1-8000-v0"
-    train(TrainConfig(env_id=env_id, policy=...))           # rollout, train, evaluate, widgets, TRL: unchanged
+    train(cfg := TrainConfig(env_id=env_id), load_training_policy(cfg))   # rollout, train, evaluate, widgets, TRL: unchanged
     env = RemoteEnv("http://host:8000", action_field="message", text_field="echoed_message")   # any OpenEnv server
 
 OpenEnv (openenv-core 0.3.0) is a client-server protocol for RL environments: a server holds
