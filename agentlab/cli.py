@@ -189,18 +189,24 @@ def run_budget(args: argparse.Namespace) -> int:
 TRAIN_ALIASES = {"env_id": "--env", "updates": "--steps", "out_dir": "--out"}
 
 
-def setup_train(p: argparse.ArgumentParser) -> None:
+def add_train_flags(p: argparse.ArgumentParser, usage: str, about: str) -> None:
+    """Every `TrainConfig` field as a flag (`agentlab.flags`), for ``train`` and ``demo`` alike."""
     from agentlab.flags import add_flags
     from agentlab.train import TrainConfig
 
-    p.usage = "agentlab train [--config FILE] [--FIELD VALUE ...] [--resume]   (--help lists every field)"
-    p.description = (f"{p.description} Every field of agentlab.train.TrainConfig is a flag (nested ones as "
-                     "--grpo.beta); a field left out keeps the --config file's value, else its default, and a "
-                     "None takes the profile's value. --env also takes a short name (GuessNumber) or an OpenEnv "
-                     "server's address (http://host:port). Lists: 0,1 or [0,1]; None: none; dicts: JSON. The run "
-                     "writes its whole config to <out>/config.json, which --config takes back to repeat the run.")
-    p.add_argument("--config", default=None, help="a JSON file of TrainConfig fields, e.g. a run's config.json")
+    p.usage = f"{usage}   (--help lists every field)"
+    p.description = f"{p.description} {about}"
     add_flags(p, TrainConfig, aliases=TRAIN_ALIASES, choices={"algo": ("grpo", "ppo"), "profile": PROFILES})
+
+
+def setup_train(p: argparse.ArgumentParser) -> None:
+    add_train_flags(p, "agentlab train [--config FILE] [--FIELD VALUE ...] [--resume]",
+                    "Every field of agentlab.train.TrainConfig is a flag (nested ones as --grpo.beta); a field left "
+                    "out keeps the --config file's value, else its default, and a None takes the profile's value. "
+                    "--env also takes a short name (GuessNumber) or an OpenEnv server's address (http://host:port). "
+                    "Lists: 0,1 or [0,1]; None: none; dicts: JSON. The run writes its whole config to "
+                    "<out>/config.json, which --config takes back to repeat the run.")
+    p.add_argument("--config", default=None, help="a JSON file of TrainConfig fields, e.g. a run's config.json")
     p.add_argument("--imperfect-share", type=float, default=None,
                    help="tiny profiles: share of biased demonstrations in the SFT warm-up the run starts from "
                         "(default: the env's plan; the demo warms GuessNumber with 0.6); sets --policy")
@@ -257,16 +263,11 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def setup_demo(p: argparse.ArgumentParser) -> None:
-    from agentlab.flags import add_flags
-    from agentlab.train import TrainConfig
-
-    p.usage = "agentlab demo [--profile NAME] [--env ENV] [--json FILE] [--FIELD VALUE ...]   (--help lists every field)"
-    p.description = (f"{p.description} The run is the demo's recipe (agentlab.demo.demo_config): GRPO on "
-                     "GuessNumber from the lazy warm-up on the tiny profiles, the real model's recipe on real-cpu "
-                     "(e.g. --profile real-cpu --env Dialog). Every TrainConfig field is a flag, as for agentlab "
-                     "train, and a flag given replaces the recipe's value; the run folder is runs/demo unless --out "
-                     "says otherwise.")
-    add_flags(p, TrainConfig, aliases=TRAIN_ALIASES, choices={"algo": ("grpo", "ppo"), "profile": PROFILES})
+    add_train_flags(p, "agentlab demo [--profile NAME] [--env ENV] [--json FILE] [--FIELD VALUE ...]",
+                    "The run is the demo's recipe (agentlab.demo.demo_config): GRPO on GuessNumber from the lazy "
+                    "warm-up on the tiny profiles, the real model's recipe on real-cpu (e.g. --profile real-cpu "
+                    "--env Dialog). Every TrainConfig field is a flag, as for agentlab train, and a flag given "
+                    "replaces the recipe's value; the run folder is runs/demo unless --out says otherwise.")
     p.add_argument("--json", default=None, help="write the before/after summary here")
 
 

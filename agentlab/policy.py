@@ -21,17 +21,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from agentlab import (
-    bnb_compat,  # importing it drops one bitsandbytes log message (see there)
-)
-from agentlab.pretrained import (
-    HUB_TWINS,
-    NAMED_MODELS,
-    PolicyLoadError,
-    gguf_folder,
-    hub_reachable,
-    named_model_folder,
-)
+from agentlab import bnb_compat  # importing it drops one bitsandbytes log message (see there)
+from agentlab.pretrained import HUB_TWINS, NAMED_MODELS, PolicyLoadError, gguf_folder, hub_reachable, named_model_folder
 from agentlab.profiles import TINY
 from agentlab.tensors import entropy_from_logp
 from agentlab.tiny import SPECIAL, build_tiny
@@ -172,12 +163,7 @@ def _peft_wrapping():
 
 
 def _with_lora(model, settings: LoraSettings, adapter: str | None, quantization: str | None):
-    from peft import (
-        LoraConfig,
-        PeftModel,
-        get_peft_model,
-        prepare_model_for_kbit_training,
-    )
+    from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 
     if quantization is not None:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)

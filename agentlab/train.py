@@ -43,14 +43,7 @@ from agentlab.evaluate import evaluate_tasks, reflection_note, run_episodes
 from agentlab.policy import LoraSettings, Policy, load_policy
 from agentlab.profiles import Profile, profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
-from agentlab.rollout import (
-    TOO_LONG,
-    SamplingSettings,
-    Trajectory,
-    play,
-    rollout,
-    save_jsonl,
-)
+from agentlab.rollout import TOO_LONG, SamplingSettings, Trajectory, play, rollout, save_jsonl
 from agentlab.tasks import Task, load_tasks
 from agentlab.warmup import profile_policy_source
 

@@ -29,15 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from agentlab.advantages import group_advantages, zero_variance_mask
-from agentlab.algos.losses import (
-    AccumulatedStep,
-    clipped_surrogate,
-    kl_to_reference,
-    micro_batches,
-    minibatches,
-    reference_logp,
-    share,
-)
+from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, kl_to_reference, micro_batches, minibatches,
+                                   reference_logp, share)
 from agentlab.rollout import Trajectory, pad_batch
 from agentlab.tensors import masked_mean
 

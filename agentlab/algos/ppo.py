@@ -29,15 +29,8 @@ import torch
 from torch import nn
 
 from agentlab.advantages import gae, spread_to_tokens
-from agentlab.algos.losses import (
-    AccumulatedStep,
-    clipped_surrogate,
-    kl_to_reference,
-    micro_batches,
-    minibatches,
-    reference_logp,
-    share,
-)
+from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, kl_to_reference, micro_batches, minibatches,
+                                   reference_logp, share)
 from agentlab.rollout import Trajectory, pad_batch
 from agentlab.tensors import explained_variance, masked_mean
 

@@ -49,15 +49,8 @@ from agentlab.envs import env_class, full_id, make
 from agentlab.policy import Policy
 
 # the dataset round trip lives beside save_jsonl; imported here too, where TRL users look for it
-from agentlab.rollout import (  # noqa: F401
-    ACTION,
-    PROMPT,
-    SamplingSettings,
-    Trajectory,
-    from_dataset,
-    rollout,
-    to_dataset,
-)
+from agentlab.rollout import (ACTION, PROMPT, SamplingSettings, Trajectory, from_dataset, rollout,  # noqa: F401
+                              to_dataset)
 from agentlab.tasks import Task, load_tasks
 
 TASK_COLUMN = "task"  # dataset column: the task as JSON text (task data differ in shape between tasks)
