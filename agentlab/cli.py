@@ -31,8 +31,12 @@ PROFILES = ("ci", "cpu", "real-cpu", "gpu")  # as agentlab.profiles.PROFILES, wi
 def setup_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, help="env id, e.g. agentlab/GuessNumber-v0 or GuessNumber")
     p.add_argument("--policy", default=None,
-                   help="a saved model folder, 'tiny' (untrained), or 'expert' (scripted, no model); "
-                        "default: the profile's tiny policy SFT-warmed on --env")
+                   help="a saved model folder, a packaged model (smollm2-135m, qwen2.5-coder-0.5b), a .gguf file, "
+                        "'tiny' (untrained), or 'expert' (scripted, no model); default: the profile's tiny policy "
+                        "SFT-warmed on --env")
+    p.add_argument("--action-format", default=None, choices=("call", "tool_call"),
+                   help="how the model writes its tool calls: name(argument) or its chat template's <tool_call> "
+                        "JSON; default: the model's own (tool_call where its template renders tools, as Qwen2.5's)")
     p.add_argument("--episodes", type=int, default=None, help="default: one per task of the split")
     p.add_argument("--split", default="eval", choices=["train", "eval", "paraphrase"])
     p.add_argument("--json", default=None, help="write the result here")
@@ -54,10 +58,12 @@ def run_eval(args: argparse.Namespace) -> int:
         result, name = run_expert(args.env, args.split, args.episodes), "expert"
     else:
         policy, name = load_cli_policy(args.policy, prof, args.env)
+        policy.action_format = args.action_format or policy.action_format
         budget = args.max_new_tokens or prof.turn_tokens(args.env)
         result = evaluate(policy, args.env, args.split, args.episodes, greedy=not args.sample,
                           temperature=args.temperature, max_new_tokens=budget, seed=args.seed, progress=True)
-    report = {**result.to_dict(), "policy": name, "profile": prof.name, "seconds": round(time.time() - t0, 2)}
+    report = {**result.to_dict(), "policy": name, "profile": prof.name, "seconds": round(time.time() - t0, 2),
+              "action_format": "call" if args.policy == "expert" else policy.action_format}
     if args.json:  # written before printing, so a closed stdout cannot lose it
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")

@@ -203,6 +203,13 @@ def shared_prompts(ids: torch.Tensor, mask: torch.Tensor, only: torch.Tensor) ->
     return starts, owner
 
 
+def native_format(tokenizer) -> str:
+    """``"tool_call"`` where the chat template renders ``tools=`` and writes calls in ``<tool_call>``
+    blocks (Qwen2.5's does), else ``"call"`` (`agentlab.envs.actions`)."""
+    template = tokenizer.chat_template if isinstance(getattr(tokenizer, "chat_template", None), str) else ""
+    return "tool_call" if "<tool_call>" in template and "tools" in template else "call"
+
+
 class Policy:
     """A causal LM + tokenizer that can sample, score given tokens, and act as its own reference.
 
@@ -219,6 +226,9 @@ class Policy:
         self.eot_id = tokenizer.convert_tokens_to_ids(SPECIAL["eot"]) if SPECIAL["eot"] in tokenizer.get_vocab() \
             else tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id
+        # How this model writes a tool call: its template's own format where the template renders a
+        # tools= list into <tool_call> blocks (Qwen2.5), else the kit's name(argument) grammar.
+        self.action_format = native_format(tokenizer)
         # Run a prompt that several rows share (a GRPO group's) once, in sampling and in scoring.
         # Worth it on a real model, whose prompts are most of an episode's tokens; off by default,
         # since batching rows differently moves the last digits of the logits (`shared_prompts`).
@@ -245,16 +255,19 @@ class Policy:
         return [p for p in self.model.parameters() if p.requires_grad]
 
     # -- chat formatting --------------------------------------------------------------------------
-    def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    def render(self, messages: list[dict], add_generation_prompt: bool = False, tools: list[dict] | None = None) -> str:
+        """The chat as the template writes it; ``tools`` (JSON schemas) where the action format is ``"tool_call"``."""
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                  **({"tools": tools} if tools else {}))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def prompt_ids(self, system: str, user: str) -> list[int]:
-        """Token ids of the system prompt and first user message, ending where the agent speaks."""
+    def prompt_ids(self, system: str, user: str, tools: list[dict] | None = None) -> list[int]:
+        """Token ids of the system prompt (with ``tools`` where given) and first user message, ending
+        where the agent speaks."""
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        return self.encode(self.render(msgs, add_generation_prompt=True))
+        return self.encode(self.render(msgs, add_generation_prompt=True, tools=tools))
 
     def observation_ids(self, obs: str) -> list[int]:
         """Token ids that follow an action (which ended with end-of-turn): the env's reply as a user

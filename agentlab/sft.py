@@ -40,6 +40,10 @@ def demonstration(policy, env, rng: np.random.Generator, imperfect_share: float,
 def tokenise(policy, traj: Trajectory) -> Trajectory:
     """Add to a recorded episode the tokens `rollout` would have given it: the prompt, each action
     followed by end-of-turn, and each reply but the last (an ended episode needs no next turn)."""
+    if getattr(policy, "action_format", "call") != traj.action_format:
+        raise ValueError(f"this demonstration writes its actions as {traj.action_format!r} and the policy as "
+                         f"{policy.action_format!r}; to train the policy on it, set policy.action_format = "
+                         f"{traj.action_format!r} first (it then acts in that format everywhere)")
     traj.append_tokens(policy.prompt_ids(traj.messages[0]["content"], traj.messages[1]["content"]), PROMPT)
     for turn, action in enumerate(traj.actions):
         traj.append_tokens(policy.encode(action) + [policy.eot_id], ACTION, turn=turn)

@@ -68,12 +68,12 @@ def tokenizer_corpus(episodes_per_env: int = 60, seed: int = 0) -> tuple[str, ..
 
 def _env_source_digest() -> str:
     """A hash of the source files the tokenizer corpus comes from (the `CORPUS_ENVS`' modules, the
-    base class and the sandbox): the corpus is a function of them (and the seed), so this says when
+    base class, the action parser and the sandbox): the corpus is a function of them (and the seed), so this says when
     it changed without running the envs to find out."""
     from agentlab.envs import ENV_CLASSES
 
     env_dir = Path(__file__).resolve().parent / "envs"
-    modules = {ENV_CLASSES[e].split(":")[0].rsplit(".", 1)[1] for e in CORPUS_ENVS} | {"base", "sandbox"}
+    modules = {ENV_CLASSES[e].split(":")[0].rsplit(".", 1)[1] for e in CORPUS_ENVS} | {"base", "actions", "sandbox"}
     h = hashlib.sha256()
     for path in sorted(p for p in env_dir.glob("*.py") if p.stem in modules):
         h.update(path.name.encode() + b"\0" + path.read_bytes())

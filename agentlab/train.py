@@ -38,7 +38,7 @@ from agentlab import metrics as M
 from agentlab.algos import grpo, ppo
 from agentlab.cache import atomic_save
 from agentlab.envs import env_class, make
-from agentlab.envs.base import ECHO_CHARS
+from agentlab.envs.base import ECHO_CHARS, FORMATS
 from agentlab.evaluate import evaluate_tasks, reflection_note, run_episodes
 from agentlab.policy import LoraSettings, Policy, load_policy
 from agentlab.profiles import Profile, profile
@@ -89,6 +89,7 @@ class TrainConfig:
     checkpoint_every: int = 10  # write a checkpoint every N updates
     checkpoint_seconds: float | None = None  # also after any update once this many seconds passed (None: the profile's)
     max_bad_updates: int = 3  # stop after this many non-finite (or max_kl) updates in a row
+    action_format: str | None = None  # "call" or "tool_call"; None = the policy's native format (written to config.json)
     max_kl: float | None = None  # warn when the KL to the reference passes this, stop after max_bad_updates; None = off
     name: str = "run"  # run name; output goes to out_dir
     out_dir: str | None = None  # None = runs/<name>
@@ -115,6 +116,8 @@ def resolve(cfg: TrainConfig, prof: Profile | None = None) -> TrainConfig:
                          "groups; PPO learns from per-turn rewards: switch the shaping off or use algo='grpo'")
     if not cfg.temperature > 0:  # training samples divide the logits by it
         raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {cfg.temperature}")
+    if cfg.action_format not in (None, *FORMATS):
+        raise ValueError(f"action_format must be one of {FORMATS} or None (the policy's own), got {cfg.action_format!r}")
     if cfg.tasks_per_update is not None and cfg.tasks_per_update < 1:
         raise ValueError(f"tasks_per_update must be at least 1 (questions sampled per update); got {cfg.tasks_per_update}")
     env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
@@ -255,11 +258,16 @@ def episode_tokens(policy: Policy, env_id: str, env_kwargs: dict, tasks: list[Ta
     last reply may add the out-of-steps note. Capped at the model's context, as rollout caps it.
     """
     longest, shortest_prompt, most_actions = 0, None, 0
+    fmt = policy.action_format
     for task in tasks:
-        env = make(env_id, **env_kwargs)
+        native = {} if fmt == "call" else {"action_format": fmt}  # an OpenEnv server's env knows only "call"
+        env = make(env_id, **env_kwargs, **native)
         obs, info = env.reset(options={"task": task})
-        prompt, steps = len(policy.prompt_ids(env.system_prompt, obs)), info["max_steps"]
+        tools = env.unwrapped.tool_schemas() if native else None
+        prompt, steps = len(policy.prompt_ids(env.unwrapped.system_prompt, obs, tools)), info["max_steps"]
         invalid = len(policy.observation_ids(env.step("")[0])) + min(max_new_tokens, ECHO_CHARS) + 3  # + the quote
+        if native:
+            env.unwrapped.action_format = "call"  # the scripted expert writes the kit's grammar
         expert = [m["content"] for m in play(env, lambda e: e.expert_action(), task=task).messages[2:]
                   if m["role"] == "user"]
         replies = [invalid] + [len(policy.observation_ids(r)) for r in [TOO_LONG.format(n=max_new_tokens), *expert]]
@@ -425,8 +433,9 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
     if not isinstance(policy, Policy):
         raise TypeError(f"train(cfg, policy) takes a loaded Policy, got {type(policy).__name__}; "
                         "load one with load_training_policy(cfg)")
-    # config.json names the model the run started from, also where the profile chose it
-    cfg = dataclasses.replace(resolve(cfg), policy=cfg.policy or policy.name)
+    policy.action_format = cfg.action_format or policy.action_format
+    # config.json names the model the run started from and the format it writes, also where they were chosen for it
+    cfg = dataclasses.replace(resolve(cfg), policy=cfg.policy or policy.name, action_format=policy.action_format)
     out_dir = Path(cfg.out_dir)
     if out_dir.exists() and not resume and latest_checkpoint(out_dir) is not None:
         raise FileExistsError(f"{out_dir} already holds a run; pass resume=True to continue it or pick another name")

@@ -39,13 +39,17 @@ def test_eval_with_the_expert_writes_the_contract(tmp_path):
     assert "success 1.000" in run.stdout
 
 
-def test_eval_of_a_model_shows_its_progress(tiny_path, capsys):
+def test_eval_of_a_model_shows_its_progress(tiny_path, capsys, tmp_path):
     # a real model may take many minutes over a split: the command shows episodes and successes as they end
     assert main(["eval", "--env", "GuessNumber", "--policy", str(tiny_path), "--episodes", "2",
-                 "--max-new-tokens", "4"]) == 0
+                 "--max-new-tokens", "4", "--json", str(tmp_path / "a.json")]) == 0
     out = capsys.readouterr()
     assert "episodes GuessNumber" in out.err and "2/2" in out.err and "success 0/2" in out.err, out.err
     assert "policy=" in out.out
+    assert json.loads((tmp_path / "a.json").read_text())["action_format"] == "call"  # the tiny model's own
+    assert main(["eval", "--env", "GuessNumber", "--policy", str(tiny_path), "--episodes", "1", "--max-new-tokens", "4",
+                 "--action-format", "tool_call", "--json", str(tmp_path / "b.json")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["action_format"] == "tool_call"
 
 
 def test_play_through_stdin_shows_reward_components():

@@ -5,15 +5,18 @@ A text environment is a Gymnasium env whose observations and actions are strings
     obs, info = env.reset(seed=0)                 # obs: the task, in words
     obs, reward, terminated, truncated, info = env.step("guess(8)")
 
-Every action is one tool call in a single grammar shared by the whole kit, optionally
-preceded by free-form reasoning:
+Every action is one tool call, optionally preceded by free-form reasoning, in the env's
+``action_format``: the kit's grammar (``"call"``, the default) or a chat template's native tool
+call (``"tool_call"``), both parsed by `agentlab.envs.actions.parse_action`:
 
     think: the number is above 5, halve the range
     guess(8)
 
-`parse_action` is the one parser. An action that does not parse, names an unknown tool, or
-breaks an environment constraint never raises: the observation says what was wrong and what
-is allowed, ``info["valid"]`` is False and the configured format penalty is paid.
+An action that does not parse, names an unknown tool, or breaks an environment constraint never
+raises: the observation says what was wrong, what is allowed and, for a plain miss of the format
+(``10`` for ``guess(10)``), exactly what to write; ``info["valid"]`` is False and the configured
+format penalty is paid. ``info["call"]`` holds the parsed call, ``tool(argument)``, whatever the
+format it arrived in.
 
 ``info`` always holds ``reward_components`` (name -> float, summing to ``reward``), ``valid``
 and ``tool``; at the end of an episode also ``success``. ``info["checks"]`` holds the
@@ -35,9 +38,7 @@ not part of the env: it is planned in `agentlab.warmup`.
 
 from __future__ import annotations
 
-import re
 import string
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -45,11 +46,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+# The action formats and their parser live in agentlab.envs.actions; imported here, where every env gets them.
+from agentlab.envs.actions import (  # noqa: F401
+    ECHO_CHARS, FORMATS, MAX_ACTION_CHARS, Action, ActionError, echo, near_miss, parse_action, render_action,
+    tool_schemas)
 from agentlab.tasks import Task, load_tasks
 
-MAX_ACTION_CHARS = 4000  # longer actions are refused before parsing
 MAX_OBS_CHARS = 8000  # observations are clipped to this length
-ECHO_CHARS = 60  # how much of a bad action an error message quotes back
 
 REWARD_MODES = ("process", "outcome")
 # Kinds of reward component. In "outcome" mode, process components are recorded as 0.0.
@@ -69,70 +72,6 @@ class TextSpace(spaces.Text):
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and len(x) <= self.max_length
-
-
-# ---------------------------------------------------------------------------- actions
-
-@dataclass(frozen=True)
-class Action:
-    """A parsed action: ``tool(arg)``, with the reasoning written before it."""
-
-    tool: str
-    arg: str
-    thought: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.tool}({self.arg})"
-
-
-class ActionError(ValueError):
-    """An action that could not be parsed; the message is shown to the agent."""
-
-
-_CALL_START = re.compile(r"^[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(", re.MULTILINE)
-
-
-def parse_action(text: Any, tools: dict[str, str] | list[str]) -> Action:
-    """Parse ``[think: ...]\\n tool(arg)`` into an `Action`, or raise `ActionError`.
-
-    The call starts at the first line that begins with ``name(``; everything before it is
-    the thought. The argument runs from that ``(`` to the last ``)`` of the text, so code and
-    SQL with parentheses and newlines need no escaping. Nothing may follow the closing ``)``.
-    """
-    if not isinstance(text, str):
-        raise ActionError(f"the action must be text, got {type(text).__name__}")
-    if len(text) > MAX_ACTION_CHARS:
-        raise ActionError(f"the action is {len(text)} characters long; the limit is {MAX_ACTION_CHARS}")
-    if "\x00" in text:
-        raise ActionError("the action contains a NUL character")
-    stripped = text.strip()
-    if not stripped:
-        raise ActionError("the action is empty")
-    match = _CALL_START.search(stripped)
-    if match is None:
-        raise ActionError("no tool call found; write one call such as name(argument) on its own line")
-    name = match.group(1)
-    if name not in tools:
-        raise ActionError(f"unknown tool {name!r}")
-    body = stripped[match.end():]
-    close = body.rfind(")")
-    if close < 0:
-        raise ActionError(f"the call to {name} has no closing ')'")
-    if body[close + 1:].strip():
-        raise ActionError(f"text after the closing ')' of {name}(...); write one call per turn")
-    thought = stripped[: match.start()].strip()
-    if thought.lower().startswith("think:"):
-        thought = thought[len("think:"):].strip()
-    # dedent rather than strip alone: code whose first line is indented keeps its structure
-    return Action(tool=name, arg=textwrap.dedent(body[:close].strip("\r\n")).strip(), thought=thought)
-
-
-def echo(text: Any, limit: int = ECHO_CHARS) -> str:
-    """A short, printable-ASCII quote of what the agent wrote, for error messages."""
-    text = text if isinstance(text, str) else repr(text)
-    safe = "".join(c if c in string.printable and c not in "\r\x0b\x0c" else "?" for c in text)
-    safe = safe.replace("\n", "\\n").replace("\t", " ")
-    return safe if len(safe) <= limit else safe[:limit] + "..."
 
 
 # ---------------------------------------------------------------------------- outcome of a step
@@ -168,6 +107,8 @@ class TextEnv(gym.Env):
     # spare; a profile whose per-turn budget is smaller is raised to this on the env (`turn_tokens`).
     action_tokens: ClassVar[int] = 24
     real_data: ClassVar[bool] = False  # True where tasks come from a real data set rather than a generator
+    code_tools: ClassVar[tuple[str, ...]] = ()  # tools whose code may come as a fenced block after the tool's name
+    bare_fence: ClassVar[str | None] = None  # the tool a fenced block with no tool name before it means (None: invalid)
 
     def __init__(
         self,
@@ -178,7 +119,10 @@ class TextEnv(gym.Env):
         weights: dict[str, float] | None = None,
         max_steps: int | None = None,
         render_mode: str | None = None,
+        action_format: str = "call",
     ):
+        if action_format not in FORMATS:
+            raise ValueError(f"action_format must be one of {FORMATS}, got {action_format!r}")
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -189,6 +133,7 @@ class TextEnv(gym.Env):
                 f"{self.name}: unknown reward weight(s) {sorted(unknown)}; known: {sorted(self.default_weights)}"
             )
         self.reward_mode = reward_mode
+        self.action_format = action_format  # rollout sets the policy's own (`Policy.action_format`)
         self.render_mode = render_mode
         self.weights_override = dict(weights or {})
         self.max_steps_override = max_steps
@@ -219,12 +164,34 @@ class TextEnv(gym.Env):
 
     @property
     def system_prompt(self) -> str:
-        tools = "\n".join(f"- {desc}" for desc in self.tools.values())
-        return (
-            f"{self.description}\n"
-            f"Tools:\n{tools}\n"
-            f"Answer each turn with exactly one tool call, e.g. {self.example_action}"
-        )
+        """The env's instructions in its action format. In ``"tool_call"`` the tools themselves are not
+        listed: the chat template renders them from `tool_schemas` (``Policy.prompt_ids(tools=...)``)."""
+        if self.action_format == "call":
+            tools = "\n".join(f"- {desc}" for desc in self.tools.values())
+            return (
+                f"{self.description}\n"
+                f"Tools:\n{tools}\n"
+                f"Answer each turn with exactly one tool call, e.g. {self.example_action}"
+            )
+        prompt = f"{self.description}\nAnswer each turn with exactly one tool call, e.g.\n{self.example()}"
+        if self.code_tools:
+            fence = "```"
+            prompt += (f"\nCode may instead follow the tool's name as a fenced block:\n{self.code_tools[-1]}\n"
+                       f"{fence}python\n...\n{fence}")
+            if self.bare_fence:
+                prompt += f"\nA fenced block with no tool name before it is sent to {self.bare_fence}."
+        return prompt
+
+    def example(self) -> str:
+        """The env's example action, written in its action format."""
+        if self.action_format == "call":
+            return self.example_action
+        return render_action(parse_action(self.example_action, self.tools), self.action_format, self.tools)
+
+    @classmethod
+    def tool_schemas(cls) -> list[dict]:
+        """The tools as JSON schemas, for a chat template's ``tools=`` (`agentlab.envs.actions.tool_schemas`)."""
+        return tool_schemas(cls.tools)
 
     @property
     def weights(self) -> dict[str, float]:
@@ -268,11 +235,12 @@ class TextEnv(gym.Env):
         w = self.weights
         tool = None
         try:
-            parsed = parse_action(action, self.tools)
+            parsed = parse_action(action, self.tools, self.action_format, self.code_tools, self.bare_fence)
             refusal = self._constraint(parsed)
         except ActionError as err:
             parsed, refusal = None, None
-            outcome = Outcome(self._invalid(f"Invalid action: {err}.", action), {"format": w.get("format", 0.0)})
+            fix = near_miss(action, self.tools, self.action_format)
+            outcome = Outcome(self._invalid(f"Invalid action: {err}.", action, fix), {"format": w.get("format", 0.0)})
         if parsed is not None and refusal is not None:
             tool = parsed.tool
             outcome = Outcome(self._invalid(f"Not allowed now: {refusal}.", action), {"format": w.get("format", 0.0)})
@@ -307,6 +275,8 @@ class TextEnv(gym.Env):
             "checks": dict(outcome.checks),
             "step": self.t,
         }
+        if valid:
+            info["call"] = str(parsed)
         if terminated or truncated:
             self.done = True
             info["success"] = bool(outcome.success) if terminated else False
@@ -341,9 +311,10 @@ class TextEnv(gym.Env):
             return int(d[int(self.np_random.integers(len(d)))])
         return int(d)
 
-    def _invalid(self, reason: str, action: Any) -> str:
+    def _invalid(self, reason: str, action: Any, fix: str | None = None) -> str:
         tools = "; ".join(self.tools.values())
-        return f"{reason} You wrote: {echo(action)!s}\nAllowed: {tools}. Example: {self.example_action}"
+        fix = f"To send that, write exactly:\n{fix}\n" if fix else ""
+        return f"{reason} You wrote: {echo(action)!s}\n{fix}Allowed: {tools}. Example: {self.example()}"
 
     @staticmethod
     def _clip(text: str) -> str:

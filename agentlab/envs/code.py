@@ -18,7 +18,9 @@ Description:
 
 Actions:
     ``run(code)`` runs the code on the visible tests (or the visible CSV) and shows the
-    results or the error. ``submit(code)`` is final: it is scored on the hidden tests.
+    results or the error. ``submit(code)`` is final: it is scored on the hidden tests. In any
+    action format the code may also come as a fenced block on the lines after the tool's name
+    (``submit`` then a ```` ```python ```` block); a block with no tool name before it is invalid.
 
 Observations:
     The task (function name, description, example calls), then the result of each run:
@@ -241,6 +243,7 @@ class CodeEnv(TextEnv):
     default_max_steps = 5
     max_difficulty = 3
     example_action = "run(def add(a, b):\n    return a + b)"
+    code_tools = ("run", "submit")
     action_tokens = 160  # a reference solution is up to 145 tiny-tokenizer tokens
 
     def __init__(self, *args, analysis_reward: str = "exact", timeout_s: float = 2.0, analysis_share: float = 0.6,

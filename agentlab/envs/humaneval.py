@@ -20,6 +20,9 @@ Actions:
     ``run(code)`` runs a draft on the docstring's examples and shows what each call returned.
     ``submit(code)`` is final: the problem's ``check`` scores it. Write the whole function
     (``def name(...):`` and its body); the prompt's imports and helper functions are in scope.
+    In any action format the code may also come as a fenced block on the lines after the tool's
+    name, and a fenced block with no tool name before it is submitted: published HumanEval
+    scores take the code block of a model's answer the same way.
 
 Observations:
     The problem's prompt (signature and docstring) after one line of instructions, then the
@@ -245,6 +248,7 @@ class HumanEvalEnv(CodeEnv):
                        "repeat": "penalty"}
     default_max_steps = 4
     example_action = "run(def add(x, y):\n    return x + y)"
+    bare_fence = "submit"
     action_tokens = 480  # the longest canonical solution as a whole submit(...) is 457 tiny-tokenizer tokens
 
     def __init__(self, *args, timeout_s: float = 5.0, **kwargs):
