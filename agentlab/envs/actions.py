@@ -198,7 +198,7 @@ def _parse_tool_call(stripped: str, tools: dict[str, str]) -> Action:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             arguments = None
-    param = tool_parameter(tools[name]) if tools[name] else "argument"
+    param = tool_parameter(tools[name])  # "argument" also for a tool given without a description
     want = "no arguments" if param is None else f'one argument, "{param}"'
     if not isinstance(arguments, dict) or set(arguments) != (set() if param is None else {param}):
         raise ActionError(f'{name} takes {want}: "arguments": {{{"" if param is None else json.dumps(param) + ": ..."}}}')
