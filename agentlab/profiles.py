@@ -25,7 +25,7 @@ class Profile:
 
     name: str
     device: str  # "cpu" or "cuda"
-    model: str  # "tiny" or a hub id / local folder (gpu: AGENTLAB_MODEL)
+    model: str  # "tiny", a packaged model's name, a hub id or a local folder (gpu: AGENTLAB_MODEL)
     quantization: str | None  # None, "4bit" or "8bit"
     # SFT warm-up (how many demonstrations and steps each env gets is its plan in `agentlab.warmup`)
     sft_batch: int
@@ -42,6 +42,7 @@ class Profile:
     sft_lora_r: int = 0  # 0: the warm-up trains every weight; else a LoRA of this rank, merged into the base after
     share_prompts: bool = False  # run a group's shared prompt once when sampling and scoring (`Policy.share_prompts`)
     checkpoint_seconds: float | None = None  # checkpoint after any update once this long has passed (None: by count only)
+    offline_model: str | None = None  # the packaged model used in place of a hub id the hub cannot give
     seed: int = 0
 
     @property
@@ -90,6 +91,7 @@ _PROFILES = {
         sft_batch=16, sft_lr=1e-4,
         rl_updates=200, tasks_per_update=16, group_size=8, rl_lr=1e-4, lora_r=16,
         max_new_tokens=256, eval_episodes=200, warm_up=False, share_prompts=True, checkpoint_seconds=600,
+        offline_model="qwen2.5-coder-0.5b",  # the Qwen2.5 that installs from the package index (agentlab.pretrained)
     ),
 }
 
@@ -97,7 +99,9 @@ _PROFILES = {
 def profile(name: str | None = None) -> Profile:
     """The profile named, else ``AGENTLAB_PROFILE``, else ``gpu`` with CUDA and ``cpu`` without.
 
-    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder). ``AGENTLAB_SEED``
+    On ``gpu`` the model comes from ``AGENTLAB_MODEL`` (a hub id or a local folder), else it is
+    Qwen2.5-1.5B-Instruct from the hub, else, with no hub and no copy in the hub's local cache, the
+    packaged Qwen2.5-Coder-0.5B-Instruct (`Profile.offline_model`). ``AGENTLAB_SEED``
     (an integer) replaces the profile's seed, which seeds everything built from it: the tiny model, its
     warm-ups and the runs the notebooks start. Running a notebook under another seed is how its
     training asserts are checked against the spread their outcomes have (docs/reproducibility.md).
@@ -108,6 +112,10 @@ def profile(name: str | None = None) -> Profile:
     prof = _PROFILES[name]
     if name == "gpu" and os.environ.get("AGENTLAB_MODEL"):
         prof = prof.replace(model=os.environ["AGENTLAB_MODEL"])
+    elif prof.offline_model:
+        from agentlab.pretrained import model_here
+
+        prof = prof.replace(model=model_here(prof.model, prof.offline_model))
     seed = os.environ.get("AGENTLAB_SEED", "").strip()
     if seed:
         if not seed.isdigit():

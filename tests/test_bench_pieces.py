@@ -20,3 +20,30 @@ def test_scaling_plot_writes_a_png(tmp_path):
             for sweep, g, t in [("turns", 8, 5), ("turns", 8, 20), ("group", 4, 10), ("group", 16, 10)]]
     path = plot(rows, tmp_path / "scaling.png")
     assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5000
+
+
+def test_humaneval_single_turn_counts_only_a_first_answer_that_passes():
+    """The published protocol is one answer scored: a pass after a draft run or a refused first action
+    counts for the multi-turn score only."""
+    from agentlab.envs import make
+    from agentlab.rollout import play
+    from bench.humaneval import problems, report, row
+
+    task = problems()[0]
+    env = make("HumanEval", action_format="tool_call")
+    solution = task.answer
+    fenced = f"```python\n{solution}\n```"
+    at_once = row(play(env, [fenced], task=task), budget=640)
+    after_run = row(play(env, [f"run\n{fenced}", fenced], task=task), budget=640)
+    after_refusal = row(play(env, [solution, fenced], task=task), budget=640)
+    wrong = row(play(env, ["```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"], task=task), 640)
+    assert (at_once["single_turn"], at_once["multi_turn"], at_once["first_action"]) == (True, True, "submit")
+    assert (after_run["single_turn"], after_run["multi_turn"], after_run["first_action"]) == (False, True, "run")
+    assert (after_refusal["single_turn"], after_refusal["multi_turn"]) == (False, True)
+    assert after_refusal["first_action"] == "invalid"
+    assert not wrong["single_turn"] and not wrong["multi_turn"]
+    mixed = row(play(env, [f"```python\n{solution}\nrun(code)\n```"], task=task), 640)  # the tool called in the code
+    assert mixed["first_action"] == "submit" and not mixed["single_turn"]
+    text = report("qwen2.5-coder-0.5b", [at_once, after_run, after_refusal, wrong, mixed], 640, 60.0)
+    assert "0.200 [0.04, 0.62] (1/5)" in text and "0.600" in text and "0.616" in text
+    assert "at top level: 1, of which the check passes 1" in text

@@ -32,6 +32,26 @@ def test_profiles_choose_sizes_in_one_place(monkeypatch):
         profile("tpu")
 
 
+def test_the_gpu_profile_runs_offline_on_the_packaged_qwen(monkeypatch):
+    """No AGENTLAB_MODEL and no hub: the gpu profile's model is the Qwen2.5 that installs from packages;
+    with a hub, or the model in the hub's local cache, it is the hub model."""
+    import huggingface_hub
+
+    from agentlab import pretrained
+
+    monkeypatch.delenv("AGENTLAB_MODEL", raising=False)
+    monkeypatch.setattr(pretrained, "hub_reachable", lambda: False)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
+    assert profile("gpu").model == "qwen2.5-coder-0.5b" and profile("gpu").quantization == "4bit"
+    assert "qwen2.5-coder-0.5b" in pretrained.NAMED_MODELS
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: f"/hub/{repo}/{name}")
+    assert profile("gpu").model == "Qwen/Qwen2.5-1.5B-Instruct"
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
+    monkeypatch.setattr(pretrained, "hub_reachable", lambda: True)
+    assert profile("gpu").model == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert profile("real-cpu").model == "smollm2-135m"  # profiles without an offline model are left alone
+
+
 def test_agentlab_seed_replaces_the_profile_seed_and_so_every_build_from_it(monkeypatch):
     from agentlab.tiny import _recipe
 
