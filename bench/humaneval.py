@@ -55,7 +55,7 @@ def row(traj, budget: int) -> dict:
             "first_cut": first_tokens >= budget, "actions": traj.actions}
 
 
-TOOL_LINE = re.compile(r"^(run|submit)\(.*$", re.M)  # a call of the env's own tools written into the code
+TOOL_LINE = re.compile(r"^(run|submit)\(.*$", re.MULTILINE)  # a call of the env's own tools written into the code
 
 
 def tool_calls_in_code(rows: list[dict], timeout_s: float = 5.0) -> tuple[int, int]:
