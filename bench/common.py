@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import io
+import json
 import os
 import pstats
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -211,6 +213,16 @@ def level0_tasks(env_id: str, n: int) -> list:
     from agentlab.evaluate import split_tasks
 
     return [t for t in split_tasks(env_id) if t.difficulty == 0][:n]
+
+
+def jsonl_rows(path: str, resume: bool) -> tuple[Path, list[dict]]:
+    """A bench's JSON-lines output and the rows it already holds: read when ``resume``, else emptied."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()] if resume and out.exists() else []
+    if not resume:
+        out.write_text("")
+    return out, rows
 
 
 def rate(result) -> str:

@@ -27,10 +27,9 @@ import json
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
 from agentlab.metrics import wilson_interval
-from bench.common import go_offline, table
+from bench.common import go_offline, jsonl_rows, table
 
 # Qwen2.5-Coder technical report (Hui et al., arXiv 2409.12186v3), the instruct models' code-generation
 # table: HumanEval and HumanEval+ pass@1, greedy, in percent.
@@ -116,11 +115,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/humaneval.jsonl")
     parser.add_argument("--resume", action="store_true", help="go on from the rows --out already holds")
     args = parser.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in out.read_text().splitlines()] if args.resume and out.exists() else []
-    if not args.resume:
-        out.write_text("")
+    out, rows = jsonl_rows(args.out, args.resume)
     done = {r["task_id"] for r in rows}
     todo = [t for t in problems()[:args.limit] if t.id not in done]
     policy = load_policy(args.model) if todo else None

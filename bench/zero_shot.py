@@ -19,9 +19,8 @@ import argparse
 import json
 import time
 from collections import Counter
-from pathlib import Path
 
-from bench.common import go_offline, rate, table
+from bench.common import go_offline, jsonl_rows, rate, table
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b")
 MIN_TOKENS = 64  # a native tool call with its tags is about 25 of Qwen's tokens; room for a thought before it
@@ -69,11 +68,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/zero_shot.jsonl")
     parser.add_argument("--resume", action="store_true", help="skip the (model, env) rows --out already holds")
     args = parser.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = [json.loads(line) for line in out.read_text().splitlines()] if args.resume and out.exists() else []
-    if not args.resume:
-        out.write_text("")
+    out, done = jsonl_rows(args.out, args.resume)
     for name in args.models:
         policy = None
         for env_id in map(full_id, args.envs):
