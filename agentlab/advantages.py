@@ -21,6 +21,13 @@ others drawn for the same task.
 
     PPO:   values (B, T) ─ gae ─▶ adv (B, T) ─ spread_to_tokens ─▶ adv per token (B, L)
     GRPO:  rewards (N,)  ─ group_advantages ─▶ adv (N,) ─ one value for every token
+
+Between the two sit critic-free estimators that still give each turn its own advantage, from
+the other samples of the same task:
+
+    GiGPO:          rewards (B, T) + anchor states ─ gigpo_advantages ─▶ adv (B, T)
+    turn baseline:  rewards (B, T) ─ turn_baseline_advantages ─▶ adv (B, T)      (unbiased)
+    turn-index norm rewards (B, T) ─ turn_index_advantages ─▶ adv (B, T)         (biased, for comparison)
 """
 
 from __future__ import annotations
@@ -32,10 +39,14 @@ __all__ = [
     "discounted_cumsum",
     "discounted_returns",
     "gae",
+    "gigpo_advantages",
     "group_advantages",
     "spread_to_tokens",
-    "zero_variance_mask",
+    "step_group_advantages",
+    "turn_baseline_advantages",
+    "turn_index_advantages",
     "zero_variance_fraction",
+    "zero_variance_mask",
 ]
 
 _BLOCK = 16  # turns per block of `discounted_cumsum`
@@ -271,6 +282,152 @@ def zero_variance_fraction(rewards, group_size: int, atol: float = 0.0) -> float
         return 0.0
     spread = groups.amax(dim=1) - groups.amin(dim=1)  # (N/G,)
     return int((spread <= atol).sum()) / groups.shape[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-turn credit without a critic: step groups (GiGPO) and per-turn baselines
+# ---------------------------------------------------------------------------------------------
+def _turn_groups(rewards: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Check a (B, T) batch laid out in contiguous groups; returns the bool mask."""
+    mask = _check_turn_batch(rewards, mask, None)
+    _as_groups(torch.zeros(rewards.shape[0]), group_size)  # B must be whole groups
+    return mask
+
+
+def _scaled(adv: torch.Tensor, mask: torch.Tensor, scale: str, eps: float) -> torch.Tensor:
+    """``scale="batch"`` divides by the std over the batch's real turns (one positive number for the
+    whole batch, so every sample's direction is kept); ``"none"`` leaves ``adv`` as it is."""
+    if scale not in ("batch", "none"):
+        raise ValueError(f"scale must be 'batch' or 'none', got {scale!r}")
+    if scale == "batch" and mask.any():
+        adv = adv / (adv[mask].std(unbiased=False) + eps)
+    return torch.where(mask, adv, torch.zeros_like(adv))
+
+
+def step_group_advantages(rewards: torch.Tensor, mask: torch.Tensor, states: list[list[str]], group_size: int,
+                          gamma: float = 0.95, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """GiGPO's step-level advantage (Feng et al., 2025): compare turns taken from the same state.
+
+    Within one group (the samples of one task), every real turn whose state before the action is
+    the same is put in one *step group*, wherever it happened in its episode. Each turn is scored by
+    its discounted return from there on, relative to the other turns of its step group:
+
+        for each group g, for each state s seen in g:
+            members = {(i, t) in g : states[i][t] == s, turn t is real}
+            G[i, t] = r[i, t] + γ r[i, t+1] + …                  (to the end of episode i)
+            A[i, t] = (G[i, t] − mean(G[members])) / (std(G[members]) + eps)   for (i, t) in members
+
+    A state met once in the group has no comparison and gets 0.
+
+    Args:
+        rewards: ``(B, T)`` per-turn rewards; mask ``(B, T)`` real turns, a prefix of each row.
+        states: ``states[b][t]`` the canonical state before turn t of row b (``len(states[b])`` at
+            least the row's real turns), e.g. the env's ``info["state"]`` of the turn before.
+        group_size: samples per task, laid out contiguously as in `group_advantages`.
+        gamma: discount of the step returns (GiGPO uses 0.95).
+        scale: ``"group"`` divides by each step group's std; ``"none"`` only subtracts the mean.
+
+    Returns:
+        ``(B, T)`` step advantages, 0 on padding.
+    """
+    if scale not in ("group", "none"):
+        raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
+    mask = _turn_groups(rewards, mask, group_size)
+    if len(states) != rewards.shape[0]:
+        raise ValueError(f"states has {len(states)} rows, rewards {rewards.shape[0]}")
+    returns = discounted_returns(rewards.float(), mask, gamma)  # (B, T)
+    adv = torch.zeros_like(returns)
+    for g0 in range(0, rewards.shape[0], group_size):
+        members: dict[str, list[tuple[int, int]]] = {}
+        for b in range(g0, g0 + group_size):
+            n = int(mask[b].sum())
+            if len(states[b]) < n:
+                raise ValueError(f"row {b} has {n} real turns but {len(states[b])} states")
+            for t in range(n):
+                members.setdefault(states[b][t], []).append((b, t))
+        for cells in members.values():
+            if len(cells) < 2:
+                continue
+            rows, cols = torch.tensor([c[0] for c in cells]), torch.tensor([c[1] for c in cells])
+            g = returns[rows, cols]  # (M,) the step group's returns
+            a = g - g.mean()
+            if scale == "group":
+                a = a / (g.std(unbiased=False) + eps)
+            adv[rows, cols] = a
+    return adv
+
+
+def gigpo_advantages(rewards: torch.Tensor, mask: torch.Tensor, states: list[list[str]], group_size: int,
+                     gamma: float = 0.95, step_weight: float = 1.0, episode_rewards: torch.Tensor | None = None,
+                     scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """GiGPO (Feng et al., 2025): the episode's group-relative advantage plus a step-level one.
+
+        A[i, t] = A_episode[i] + step_weight · A_step[i, t]
+
+    ``A_episode`` is `group_advantages` of the episode rewards (``episode_rewards``, else the sum
+    of each row's real turns); ``A_step`` is `step_group_advantages`. With every state distinct
+    (no step groups) this is trajectory GRPO, spread over the turns.
+
+    Returns ``(B, T)``, 0 on padding.
+    """
+    mask = _turn_groups(rewards, mask, group_size)
+    if episode_rewards is None:
+        episode_rewards = torch.where(mask, rewards.float(), torch.zeros((), dtype=torch.float32)).sum(1)
+    episode = group_advantages(episode_rewards, group_size, scale="group" if scale == "group" else "none", eps=eps)
+    step = step_group_advantages(rewards, mask, states, group_size, gamma, scale, eps)
+    return torch.where(mask, episode[:, None].to(step.dtype) + step_weight * step, torch.zeros_like(step))
+
+
+def turn_baseline_advantages(rewards: torch.Tensor, mask: torch.Tensor, group_size: int, gamma: float = 1.0,
+                             scale: str = "batch", eps: float = 1e-6) -> torch.Tensor:
+    """A per-turn baseline that stays unbiased when the policy decides how long the episode is.
+
+        G[i, t] = r[i, t] + γ r[i, t+1] + …       (to the end of episode i)
+        A[i, t] = G[i, t] − mean{ G[j, t] : j ≠ i in i's group, episode j has a turn t }
+
+    The baseline for turn t uses only the *other* samples that reached turn t, so it does not depend
+    on what sample i does at turn t or later, which is the condition for a baseline to leave the
+    policy gradient unbiased. A turn no other sample reached gets baseline 0 (plain REINFORCE).
+    Compare `turn_index_advantages`, which subtracts per-turn means over the turns the sample
+    itself went on to take.
+
+    ``scale="batch"`` then divides by the std over the batch's real turns, to put the advantages on
+    GRPO's scale; ``"none"`` keeps reward units. Returns ``(B, T)``, 0 on padding.
+    """
+    mask = _turn_groups(rewards, mask, group_size)
+    returns = discounted_returns(rewards.float(), mask, gamma)  # (B, T)
+    B, T = returns.shape
+    g = returns.view(-1, group_size, T)  # (N/G, G, T)
+    m = mask.view(-1, group_size, T).to(g.dtype)  # (N/G, G, T)
+    others = m.sum(1, keepdim=True) - m  # (N/G, G, T) how many other samples reached turn t
+    other_sum = (g * m).sum(1, keepdim=True) - g * m  # (N/G, G, T)
+    baseline = torch.where(others > 0, other_sum / others.clamp(min=1), torch.zeros_like(g))
+    return _scaled((g - baseline).view(B, T), mask, scale, eps)
+
+
+def turn_index_advantages(rewards: torch.Tensor, mask: torch.Tensor, group_size: int, gamma: float = 1.0,
+                          scale: str = "batch", eps: float = 1e-6) -> torch.Tensor:
+    """The per-turn-index normalisation of multi-turn GRPO variants, kept to show its bias.
+
+        r̃[i, k] = r[i, k] − mean{ r[j, k] : j in i's group, episode j has a turn k }
+        A[i, t] = r̃[i, t] + γ r̃[i, t+1] + …       (to the end of episode i)
+
+    Written out, ``A[i, t] = G[i, t] − Σ_{k ≥ t, k < T_i} γ^(k−t) mean_k``: the baseline has one term
+    per turn that sample i itself went on to take, so it depends on sample i's own later actions.
+    Where the policy chooses when to stop, that is an action-dependent baseline and the gradient
+    is biased: going on is charged the group's mean reward of every later turn. In the extreme
+    case of an outcome reward that every sample reaching the last turn shares, the outcome cancels
+    entirely. `turn_baseline_advantages` is the unbiased form.
+
+    Returns ``(B, T)``, 0 on padding.
+    """
+    mask = _turn_groups(rewards, mask, group_size)
+    B, T = rewards.shape
+    r = torch.where(mask, rewards.float(), torch.zeros((), dtype=torch.float32)).view(-1, group_size, T)
+    m = mask.view(-1, group_size, T).float()
+    mean = (r * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp(min=1)  # (N/G, 1, T) mean per turn index
+    normed = torch.where(mask, (r - mean).view(B, T), torch.zeros(()))
+    return _scaled(torch.where(mask, discounted_cumsum(normed, gamma), torch.zeros(())), mask, scale, eps)
 
 
 # ---------------------------------------------------------------------------------------------

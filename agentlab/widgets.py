@@ -740,7 +740,7 @@ PANELS = [
     ("actions (share)", ["action/", "invalid_rate"], None),
     ("step-level success", ["step/"], None),
     ("entropy (nats/token)", ["entropy"], "entropy_collapse"),
-    ("KL", ["approx_kl", "kl"], "kl_spike"),
+    ("KL", ["approx_kl", "kl", "sampler_kl"], "kl_spike"),  # sampler_kl: only with an is_correction
     ("zero-variance groups", ["zero_var_frac"], None),
     ("Self-BLEU", ["self_bleu"], "diversity_collapse"),
 ]

@@ -216,13 +216,15 @@ def test_a_runs_config_json_passed_back_repeats_the_run(monkeypatch, tmp_path, t
     first = tmp_path / "first"
     flags = ["--env", "Maze", "--profile", "ci", "--lr", "3e-4", "--grpo.beta", "0.1", "--grpo.clip_coef=0.3",
              "--shaping.zscore", "--difficulty", "0,1", "--horizon", "2,4", "--env-kwargs", '{"max_steps": 6}',
-             "--quantization", "none", "--steps", "7", "--no-grpo.drop-zero-variance", "--out", str(first)]
+             "--quantization", "none", "--steps", "7", "--no-grpo.drop-zero-variance", "--grpo.advantage", "gigpo",
+             "--out", str(first)]
     with pytest.raises(loading):
         main(["train", *flags])
     written = json.loads((first / "config.json").read_text())
     cfg = from_dict(TrainConfig, written)
     assert (cfg.env_id, cfg.lr, cfg.grpo.beta, cfg.grpo.clip_coef, cfg.updates) == ("agentlab/Maze-v0", 3e-4, 0.1, 0.3, 7)
     assert cfg.shaping.zscore and not cfg.grpo.drop_zero_variance and cfg.name == "maze-grpo"
+    assert cfg.grpo.advantage == "gigpo"
     assert (cfg.difficulty, cfg.horizon, cfg.env_kwargs, cfg.quantization) == ([0, 1], (2, 4), {"max_steps": 6}, None)
     assert cfg.policy == str(tiny_path)  # the model the run started from, also where the profile chose it
 
@@ -246,6 +248,9 @@ def test_train_says_what_is_wrong_with_a_config(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--grpo.beta", "high"])
     assert "invalid float value: 'high'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--grpo.advantage", "gigpoo"])
+    assert "invalid choice: 'gigpoo'" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- quiet console

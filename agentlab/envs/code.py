@@ -14,7 +14,9 @@ Description:
     here too), the one way the kit runs untrusted code: a separate process in new mount,
     network and pid namespaces (util-linux ``unshare``), chrooted into a small read-only view
     of the interpreter, as an unprivileged user, with limits on CPU, memory, processes, open
-    files, file size and output.
+    files, file size and output. Where namespaces are unavailable (macOS, a locked-down
+    container) the env raises `SandboxUnavailable` rather than run the policy's code with
+    rlimits only, unless ``allow_unsandboxed=True`` or ``AGENTLAB_ALLOW_UNSANDBOXED=1``.
 
 Actions:
     ``run(code)`` runs the code on the visible tests (or the visible CSV) and shows the
@@ -49,6 +51,8 @@ Arguments:
     ``careless_analysis`` what the biased demonstrator submits on an analysis task:
     ``"near_miss"`` (default: a real attempt with a filter left out) or ``"field_names"``
     (the hack of S12: print the header; a warm-up that shows it gives RL the hack to find).
+    ``allow_unsandboxed`` (default False): run programs even where the sandbox can only apply
+    rlimits, with the file system and network visible (see `agentlab.envs.sandbox`).
     ``difficulty`` 0: one-line functions; 1: string and list manipulation; 2: small
     algorithms; 3: data analysis on a CSV, or a harder algorithm. Plus the `TextEnv` ones.
 
@@ -247,7 +251,7 @@ class CodeEnv(TextEnv):
     action_tokens = 160  # a reference solution is up to 145 tiny-tokenizer tokens
 
     def __init__(self, *args, analysis_reward: str = "exact", timeout_s: float = 2.0, analysis_share: float = 0.6,
-                 careless_analysis: str = "near_miss", **kwargs):
+                 careless_analysis: str = "near_miss", allow_unsandboxed: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         if analysis_reward not in ("exact", "ran"):
             raise ValueError(f"analysis_reward must be 'exact' or 'ran', got {analysis_reward!r}")
@@ -259,6 +263,7 @@ class CodeEnv(TextEnv):
         self.careless_analysis = careless_analysis
         self.analysis_share = analysis_share
         self.timeout_s = timeout_s
+        self.allow_unsandboxed = allow_unsandboxed
 
     # -- tasks ---------------------------------------------------------------------------------
     def generate_task(self, rng: np.random.Generator, difficulty: int) -> Task:
@@ -335,7 +340,7 @@ class CodeEnv(TextEnv):
     def _run_visible(self, code: str) -> tuple[str, bool, bool]:
         if self.task.type == "analysis":
             text, _ = make_csv(self.task.data["seed"])
-            res = run_python(code, timeout_s=self.timeout_s, files={"data.csv": text})
+            res = self._execute(code, files={"data.csv": text})
             return _describe(res, res.stdout), res.ok, False
         cases = self.task.data["visible"]
         res, got = self._run_cases(code, [a for a, _ in cases])
@@ -350,9 +355,13 @@ class CodeEnv(TextEnv):
         obs = _describe(res, printed) + "\nVisible tests:\n" + "\n".join(lines)
         return obs, res.ok and all(s == "ok" for s, _ in got.values()) and len(got) == len(cases), all_pass
 
+    def _execute(self, program: str, files: dict[str, str] | None = None) -> RunResult:
+        """Run a program in the sandbox under this env's time limit (and its opt-in to the weaker fallback)."""
+        return run_python(program, timeout_s=self.timeout_s, files=files, allow_unsandboxed=self.allow_unsandboxed)
+
     def _run_cases(self, code: str, arg_lists: list) -> tuple[RunResult, dict]:
         program = code + HARNESS.format(name=self.task.data["func"], cases=arg_lists)
-        res = run_python(program, timeout_s=self.timeout_s)
+        res = self._execute(program)
         got = {}
         for line in res.stdout.splitlines():
             parts = line.split(" ", 3)
@@ -382,7 +391,7 @@ class CodeEnv(TextEnv):
         while not math.isfinite(expected):
             text, rows = make_csv(int(self.np_random.integers(2**31)), hidden=True)
             expected = analysis_answer(self.task.data["stat"], self.task.data["params"], rows)
-        res = run_python(code, timeout_s=self.timeout_s, files={"data.csv": text}) if error is None else None
+        res = self._execute(code, files={"data.csv": text}) if error is None else None
         ran = res is not None and res.ok and bool(res.stdout.strip())
         printed = _last_number(res.stdout) if ran else None
         exact = printed is not None and math.isfinite(expected) and abs(printed - expected) <= 0.005 + 1e-9 * abs(expected)

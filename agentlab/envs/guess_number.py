@@ -109,6 +109,10 @@ class GuessNumberEnv(TextEnv):
         self.hi = min(self.hi, n - 1)
         return Outcome(f"{n} is too high: it is between {self.lo} and {self.hi}. {left} left.", components, checks=checks)
 
+    def state_key(self) -> str:
+        # the replies "17 is too low" and "5 left" differ between paths to the same interval
+        return f"{self.lo}-{self.hi}"
+
     def paraphrase(self, task: Task, rng: np.random.Generator) -> Task:
         text = PARAPHRASES[int(rng.integers(len(PARAPHRASES)))]
         query = text.format(lo=task.data["lo"], hi=task.data["hi"], steps=task.max_steps)

@@ -45,6 +45,8 @@ Arguments:
     ``difficulty`` by the canonical solution's length: 0 one line; 1 two to five lines; 2 six to
     nine; 3 ten or more. A fifth of the problems (by a hash of the id) are the eval split; the
     generator and the train split draw from the rest. ``timeout_s`` per program (default 5).
+    ``allow_unsandboxed`` as in the Code env: without it, where the sandbox cannot isolate
+    programs (no namespaces), the env raises `SandboxUnavailable` rather than run them.
     Plus the `TextEnv` arguments.
 
 Version history:
@@ -195,9 +197,10 @@ def harness(problem: dict, code: str, examples=(), test: str | None = None) -> s
                           test=test, entry=problem["entry_point"])
 
 
-def run_examples(problem: dict, code: str, examples, timeout_s: float) -> tuple[RunResult, dict[int, tuple[str, str]]]:
+def run_examples(problem: dict, code: str, examples, timeout_s: float,
+                 allow_unsandboxed: bool = False) -> tuple[RunResult, dict[int, tuple[str, str]]]:
     """Run ``code`` on the examples in the sandbox: (result, example index -> (status, value shown))."""
-    res = run_python(harness(problem, code, examples), timeout_s=timeout_s)
+    res = run_python(harness(problem, code, examples), timeout_s=timeout_s, allow_unsandboxed=allow_unsandboxed)
     got = {}
     for line in res.stdout.splitlines():
         parts = line.split(" ", 3)
@@ -206,10 +209,11 @@ def run_examples(problem: dict, code: str, examples, timeout_s: float) -> tuple[
     return res, got
 
 
-def passes_check(problem: dict, code: str, timeout_s: float) -> tuple[bool, RunResult]:
+def passes_check(problem: dict, code: str, timeout_s: float, allow_unsandboxed: bool = False) -> tuple[bool, RunResult]:
     """Whether the problem's own ``check`` accepts ``code``, run in the sandbox."""
     key = secrets.token_hex(16)
-    res = run_python(harness(problem, code, test=problem["test"]), timeout_s=timeout_s, files={KEY_FILE: key})
+    res = run_python(harness(problem, code, test=problem["test"]), timeout_s=timeout_s, files={KEY_FILE: key},
+                     allow_unsandboxed=allow_unsandboxed)
     return res.ok and f"@@verdict {key}" in res.stdout.splitlines(), res
 
 
@@ -281,7 +285,7 @@ class HumanEvalEnv(CodeEnv):
 
     def _run_visible(self, code: str) -> tuple[str, bool, bool]:
         examples = self.task.data["examples"]
-        res, got = run_examples(self._problem(), code, examples, self.timeout_s)
+        res, got = run_examples(self._problem(), code, examples, self.timeout_s, self.allow_unsandboxed)
         lines = []
         for i, (call, expected) in enumerate(examples):
             status, value = got.get(i, ("missing", ""))
@@ -298,7 +302,7 @@ class HumanEvalEnv(CodeEnv):
         return f"submit(\n{self.task.answer}\n)"
 
     def _submit(self, code: str, error: str | None, components: dict, checks: dict) -> Outcome:
-        passed = error is None and passes_check(self._problem(), code, self.timeout_s)[0]
+        passed = error is None and passes_check(self._problem(), code, self.timeout_s, self.allow_unsandboxed)[0]
         components["passed"] = self.weights["passed"] if passed else 0.0
         checks["all_pass"] = passed
         why = f" (your code does not compile: {error})" if error else ""

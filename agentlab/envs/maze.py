@@ -348,6 +348,12 @@ class MazeEnv(TextEnv):
         }[event]
         return Outcome(f"{said} {self._look()}", components, checks=checks)
 
+    def state_key(self) -> str:
+        # the reply starts with how the agent got here ("You moved east."), which the state is not;
+        # the grid's checksum tells an opened door or a picked-up key apart
+        layout = zlib.crc32("".join("".join(row) for row in self.grid).encode())
+        return f"{self.pos[0]},{self.pos[1]} key={int(self.has_key)} grid={layout:08x}"
+
     def paraphrase(self, task: Task, rng: np.random.Generator) -> Task:
         text = PARAPHRASES[int(rng.integers(len(PARAPHRASES)))]
         extra = KEY_NOTE if any("D" in row for row in task.data["grid"]) else ""

@@ -26,12 +26,16 @@ Limits (both modes):
     paths, ...).
 
 Fallback ("rlimits" mode):
-    Where namespaces are unavailable (no ``unshare``, or a container that forbids them),
-    `sandbox_mode` finds out once, warns, and programs run with the same rlimits and, as
-    root, a spare unprivileged uid, in a throwaway folder; the file system and the network
-    stay visible. If that spare uid may not execute the interpreter (e.g. it lives under
-    /root), it runs as the caller with rlimits only, with a second warning. Each
-    `RunResult` records which isolation it got in ``isolation``.
+    Where namespaces are unavailable (no ``unshare``, as on macOS, or a container that forbids
+    them), `sandbox_mode` finds out once and warns, and `run_python` raises
+    `SandboxUnavailable`, saying which probe failed, unless the caller opts in with
+    ``allow_unsandboxed=True`` (an argument of the Code and HumanEval envs too) or
+    ``AGENTLAB_ALLOW_UNSANDBOXED=1``: code a policy writes should not reach the machine
+    unasked. Opted in, programs run with the same rlimits and, as root, a spare unprivileged
+    uid, in a throwaway folder; the file system, the network and the caller's processes stay
+    visible. If that spare uid may not execute the interpreter (e.g. it lives under /root), it
+    runs as the caller with rlimits only, with a second warning. Each `RunResult` records which
+    isolation it got in ``isolation``.
 """
 
 from __future__ import annotations
@@ -52,10 +56,18 @@ from itertools import count
 
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 SANDBOX_UID_BASE = 200_000  # each run gets its own unprivileged uid: RLIMIT_NPROC counts per uid
+# An opt-in read where the code would run, like HF_ALLOW_CODE_EVAL: a notebook or test run sets it
+# once for the process rather than threading a flag through every env it builds.
+ALLOW_UNSANDBOXED = "AGENTLAB_ALLOW_UNSANDBOXED"
 _uid_counter = count()
 _mode_lock = threading.Lock()
 _mode: str | None = None  # "namespace" or "rlimits", probed once
+_mode_reason = ""  # why the probe chose "rlimits"
 _fallback_drop_uid = True  # rlimits mode as root: run as a spare uid (if it may exec the interpreter)
+
+
+class SandboxUnavailable(RuntimeError):
+    """Untrusted code was to run where the sandbox cannot isolate it, and nobody opted in."""
 
 
 @dataclass
@@ -198,34 +210,63 @@ def _command(mode: str, work: str, limits: dict, disk_mb: int) -> tuple[list[str
 
 def sandbox_mode() -> str:
     """ "namespace" when unshare works here, else "rlimits" (weaker; a warning says so)."""
-    global _mode
+    global _mode, _mode_reason
     with _mode_lock:
         if _mode is None:
-            _mode = "namespace"
-            try:
-                works = os.path.exists(UNSHARE) and _run("print(6*7)", 5.0, 256, 16, 4, 65536, None, 32).stdout.strip() == "42"
-            except OSError:
-                works = False
-            if not works:
+            _mode, _mode_reason = "namespace", _probe_namespaces()
+            if _mode_reason:
                 _mode = "rlimits"
-                warnings.warn("agentlab sandbox: unshare namespaces are unavailable; untrusted code runs with "
-                              "rlimits and a dropped uid only (no network or file-system isolation)", stacklevel=2)
+                warnings.warn(f"agentlab sandbox: unshare namespaces are unavailable ({_mode_reason}); untrusted "
+                              "code would run with rlimits and a dropped uid only, so it runs only with "
+                              f"{ALLOW_UNSANDBOXED}=1", stacklevel=2)
         return _mode
+
+
+def _probe_namespaces() -> str:
+    """Run a one-line program in the namespaces: "" when it works, else what went wrong."""
+    if not os.path.exists(UNSHARE):
+        return f"no unshare program at {UNSHARE} (util-linux; Linux only)"
+    try:
+        res = _run("print(6*7)", 5.0, 256, 16, 4, 65536, None, 32)
+    except OSError as err:
+        return f"starting {UNSHARE} failed: {err}"
+    if res.stdout.strip() == "42":
+        return ""
+    said = res.stderr.strip().splitlines()[-1:] or ["no error message"]
+    return f"a test program under {UNSHARE} exited with status {res.returncode}: {said[0][:200]}"
+
+
+def _refusal() -> str:
+    """Why `run_python` refuses in rlimits mode: the failed probe, what the fallback exposes, how to opt in."""
+    as_whom = ("a spare unprivileged uid (as root, where that uid cannot run the interpreter)"
+               if os.geteuid() == 0 else "your own user")
+    return (f"agentlab will not run untrusted code here: the sandbox cannot isolate it ({_mode_reason}). "
+            f"Its fallback limits time, memory, processes and file sizes, but the program would run as {as_whom}, "
+            "see the file system (every file that user may read, write where it may write), reach the network, and "
+            "see the processes of this machine (and signal those of its own user). To run it anyway, on a machine "
+            "whose files and network you do not mind exposing to code a model writes, set "
+            f"{ALLOW_UNSANDBOXED}=1 or pass allow_unsandboxed=True (e.g. "
+            "agentlab.make('agentlab/Code-v0', allow_unsandboxed=True)). On Linux, isolation needs util-linux "
+            "unshare and, when not root, unprivileged user namespaces (a container may have to allow them).")
 
 
 def run_python(code: str, timeout_s: float = 2.0, memory_mb: int = 256, max_output_bytes: int = 64_000,
                max_procs: int = 16, max_file_mb: int = 4, files: dict[str, str | bytes] | None = None,
-               disk_mb: int = 32) -> RunResult:
+               disk_mb: int = 32, allow_unsandboxed: bool = False) -> RunResult:
     """Run untrusted Python source in the sandbox and return what it printed.
 
     ``files`` (name -> content) are put in the program's otherwise empty working folder. The
     program gets ``timeout_s`` of wall-clock time (and as much CPU time, rounded up), an
     address space of ``memory_mb``, ``max_procs`` processes, 64 open files, files (stdout and
     stderr included) of at most ``max_file_mb``, no network, and no environment variables of
-    the caller. Only the first ``max_output_bytes`` of each output stream are read.
+    the caller. Only the first ``max_output_bytes`` of each output stream are read. Where the
+    namespaces are unavailable it raises `SandboxUnavailable` unless ``allow_unsandboxed`` or
+    ``AGENTLAB_ALLOW_UNSANDBOXED=1`` accepts the weaker "rlimits" mode.
     """
-    return _run(code, timeout_s, memory_mb, max_procs, max_file_mb, max_output_bytes, files, disk_mb,
-                mode=sandbox_mode())
+    mode = sandbox_mode()
+    if mode == "rlimits" and not (allow_unsandboxed or os.environ.get(ALLOW_UNSANDBOXED) == "1"):
+        raise SandboxUnavailable(_refusal())
+    return _run(code, timeout_s, memory_mb, max_procs, max_file_mb, max_output_bytes, files, disk_mb, mode=mode)
 
 
 def _run(code, timeout_s, memory_mb, max_procs, max_file_mb, max_output_bytes, files, disk_mb,

@@ -15,6 +15,17 @@ Description:
     nine items are left out. One rule is added: an item every recipe of which goes round in a
     circle (iron ingot from nuggets, nuggets from an ingot) is fetched with ``get``, as if mined.
 
+    Which graph: three cycles remain (iron ingot <-> iron nuggets, gold ingot <-> gold nuggets,
+    honey block <-> honey bottles). The rule above cuts each by fetching the ingots and the
+    honey block and crafting the nuggets and bottles (for the ingots, as in the game, where they
+    are smelted from mined ore). The original (and AgentGym's ``agentenv-textcraft``, which
+    AgentGym-RL serves, with the same loader) keeps whichever recipe of a cycle it reads first,
+    in ``os.listdir`` order, so its graph, and with it which goal a task index names, changes
+    with the file system. Our graph is the original's with the files read in reverse name order,
+    in which every train and eval task replays there (tests/test_env_textcraft.py); in name
+    order the ingots are crafted instead and every task that fetches an ingot fails. A
+    comparison with AgentGym-RL's TextCraft figures must say which graph each side used.
+
 Actions:
     ``get(N item)`` fetches N of a base item, e.g. ``get(1 oak logs)``.
     ``craft(N item using M a, K b)`` crafts once by a recipe, written as the crafting commands

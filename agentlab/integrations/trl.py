@@ -34,7 +34,8 @@ What TRL cannot express: per-turn rewards. Its advantage is one number per compl
 over every token of it; there is no per-turn return, no critic and no GAE. A multi-turn episode
 therefore trains on its outcome: each reward function returns the episode's total of its
 component (the sum of that component over turns). Turn-level credit assignment (PPO with GAE,
-``agentlab.train`` with ``algo="ppo"``) stays in agentlab.
+``agentlab.train`` with ``algo="ppo"``; GiGPO and the per-turn baseline, ``grpo.advantage``) stays
+in agentlab.
 """
 
 from __future__ import annotations

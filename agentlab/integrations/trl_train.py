@@ -72,6 +72,7 @@ class TRLRun:
     beta: float = 0.0  # KL coefficient against the reference (the base model with LoRA off)
     temperature: float = 1.0  # sampling temperature
     seed: int = 0  # seeds TRL's data order and sampling
+    advantage: str = "episode"  # only "episode": TRL's GRPO gives one advantage per completion (see below)
     cpu: bool = False  # force the CPU even where CUDA is available
 
 
@@ -132,6 +133,12 @@ def build_trainer(run: TRLRun, callbacks: list | None = None):
 
     if run.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {run.mode!r}")
+    if run.advantage != "episode":
+        # GRPOTrainer spreads one number over a whole completion, and in episode mode the completion
+        # is the whole episode, so a per-turn advantage has nowhere to go
+        raise ValueError(f"advantage {run.advantage!r} gives each turn its own advantage; TRL's GRPOTrainer takes one "
+                         "per completion (here, per episode). Train per-turn credit with agentlab itself: agentlab train "
+                         f"--env {run.env_id} --grpo.advantage {run.advantage}")
     device = device_for(run)
     lora = LoraSettings(r=run.lora_r, alpha=2 * run.lora_r) if run.lora_r > 0 else None
     policy = load_policy(model_source(run), quantization=run.quantization, lora=lora, device=device)
