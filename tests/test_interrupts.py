@@ -25,6 +25,9 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 import agentlab.train as T
 
+# A process started in the background by a shell (make, CI) inherits SIGINT ignored, and Python then
+# leaves it so; Jupyter's kernel and a terminal have Python's handler, which raises KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cfg = T.TrainConfig(**json.loads(sys.argv[1]))
 phase, at = sys.argv[2], int(sys.argv[3])
 now = {"update": None}
@@ -145,9 +148,13 @@ def test_ctrl_c_before_any_checkpoint_asks_for_a_fresh_policy(tmp_path):
 
 
 def test_sigint_waits_for_the_deferred_block():
-    previous = signal.getsignal(signal.SIGINT)
-    finished = []
-    with pytest.raises(KeyboardInterrupt), sigint_deferred():
-        signal.raise_signal(signal.SIGINT)
-        finished.append(True)
-    assert finished and signal.getsignal(signal.SIGINT) is previous
+    # Python's own handler, as in a kernel or a terminal (a test run started in the background ignores SIGINT)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        finished = []
+        with pytest.raises(KeyboardInterrupt), sigint_deferred():
+            signal.raise_signal(signal.SIGINT)
+            finished.append(True)
+        assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
