@@ -30,19 +30,13 @@ HELD_OUT = 40
 CREDIT_CHECK = {"maze": "step/optimal_move", "guess": "step/consistent_guess"}
 
 
-def measure(env: str, seed: int, method: str, cfg, work: Path) -> dict:
-    """One run of ``step_credit_runs`` (``cfg``): trained, then played greedily on the held-out tasks."""
+def held_out_row(env: str, seed: int, method: str, policy, cfg, seconds: float) -> dict:
+    """``policy`` played greedily on the env's held-out tasks with ``cfg``'s settings, as one table row."""
     from agentlab import metrics as M
     from agentlab import phenomena as P
-    from agentlab.train import load_training_policy, train
 
-    cfg = dataclasses.replace(cfg, out_dir=str(work / cfg.name))
     env_id, difficulty = P.STEP_CREDIT[env]
-    tasks = P.held_out_tasks(env_id, difficulty, HELD_OUT)
-    t0 = time.time()
-    result = train(cfg, load_training_policy(cfg), progress=False)
-    seconds = time.time() - t0
-    trajs = P.held_out(result.policy, cfg, tasks)
+    trajs = P.held_out(policy, cfg, P.held_out_tasks(env_id, difficulty, HELD_OUT))
     m = M.episode_metrics(trajs)
     won = [t.num_turns for t in trajs if t.success]
     return {"env": env, "seed": seed, "method": method, "successes": sum(t.success for t in trajs),
@@ -51,20 +45,21 @@ def measure(env: str, seed: int, method: str, cfg, work: Path) -> dict:
             "mean_return": m["mean_return"], "seconds": round(seconds, 1)}
 
 
+def measure(env: str, seed: int, method: str, cfg, work: Path) -> dict:
+    """One run of ``step_credit_runs`` (``cfg``): trained, then played greedily on the held-out tasks."""
+    from agentlab.train import load_training_policy, train
+
+    cfg = dataclasses.replace(cfg, out_dir=str(work / cfg.name))
+    t0 = time.time()
+    result = train(cfg, load_training_policy(cfg), progress=False)
+    return held_out_row(env, seed, method, result.policy, cfg, time.time() - t0)
+
+
 def start_row(env: str, seed: int, cfg) -> dict:
     """The warm-up itself (``cfg.policy``) on the same held-out tasks."""
-    from agentlab import metrics as M
-    from agentlab import phenomena as P
     from agentlab.policy import load_policy
 
-    env_id, difficulty = P.STEP_CREDIT[env]
-    trajs = P.held_out(load_policy(cfg.policy), cfg, P.held_out_tasks(env_id, difficulty, HELD_OUT))
-    m = M.episode_metrics(trajs)
-    won = [t.num_turns for t in trajs if t.success]
-    return {"env": env, "seed": seed, "method": "start", "successes": sum(t.success for t in trajs),
-            "episodes": len(trajs), "credit": m.get(CREDIT_CHECK[env], float("nan")),
-            "turns_when_won": float(np.mean(won)) if won else float("nan"), "invalid_rate": m["invalid_rate"],
-            "mean_return": m["mean_return"], "seconds": 0.0}
+    return held_out_row(env, seed, "start", load_policy(cfg.policy), cfg, 0.0)
 
 
 def report(rows: list[dict]) -> str:
@@ -88,8 +83,10 @@ def report(rows: list[dict]) -> str:
                           " ".join(f"{d:+.3f}" for d in diffs) if method != "GRPO" else "",
                           f"{np.nanmean([r['credit'] for r in rs]):.3f}",
                           f"{np.nanmean([r['turns_when_won'] for r in rs]):.2f}",
-                          f"{np.mean([r['invalid_rate'] for r in rs]):.3f}", f"{np.mean([r['seconds'] for r in rs]):.0f}"])
-        out.append(f"### {env} (seeds {', '.join(map(str, seeds))}; the same {HELD_OUT} held-out tasks each)\n\n" + table(
+                          f"{np.mean([r['invalid_rate'] for r in rs]):.3f}",
+                          f"{np.mean([r['seconds'] for r in rs]):.0f}"])
+        title = f"### {env} (seeds {', '.join(map(str, seeds))}; the same {HELD_OUT} held-out tasks each)"
+        out.append(f"{title}\n\n" + table(
             ["run", "seeds", "held-out success [95% CI]", "minus GRPO, per seed", CREDIT_CHECK[env], "turns when won",
              "invalid", "train s"], lines))
     return "\n\n".join(out)
@@ -109,7 +106,8 @@ def main() -> None:
     out, rows = jsonl_rows(args.out, args.resume)
     done = {(r["env"], r["seed"], r["method"]) for r in rows}
     # every config (and so every warm-up) up front: the runs then start from the same folders throughout
-    runs = {(env, seed): step_credit_runs(profile("ci"), seed=seed, env=env) for env in args.envs for seed in args.seeds}
+    runs = {(env, seed): step_credit_runs(profile("ci"), seed=seed, env=env)
+            for env in args.envs for seed in args.seeds}
     methods = args.methods or list(next(iter(runs.values())))
     work = Path(tempfile.mkdtemp(prefix="bench-credit-"))
     for env in args.envs:

@@ -139,7 +139,7 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
         adv = turn_advantages(trajs, rewards, group_size, s)  # (N, T)
         # a step group can tell turns apart in a group whose episodes all scored the same
         keep = [i for i in range(len(trajs)) if not (s.drop_zero_variance and not adv[i].any())]
-        real = torch.tensor([[k < t.num_turns for k in range(adv.shape[1])] for t in trajs], dtype=torch.bool)
+        real = torch.arange(adv.shape[1]) < torch.tensor([t.num_turns for t in trajs])[:, None]  # (N, T)
         metrics = {"zero_var_frac": float(flat.float().mean()),
                    "adv_abs": float(adv[real].abs().mean()) if real.any() else 0.0}
     if not keep:
