@@ -19,8 +19,10 @@ steps the policy in memory is the last whole update, and `stop_interrupted` chec
 them it is partly updated, and resuming loads the last checkpoint over it. Either way the run prints
 the call that resumes, then the KeyboardInterrupt goes on, so the cell stops as interrupted.
 
-Before the first rollout, `preflight` prints the run's memory estimate and stops
-a run that cannot fit; each minibatch then runs in micro-batches of ``micro_batch_tokens``.
+Before the first rollout, `preflight` prints the run's memory estimate and plans what fits: each
+minibatch runs in micro-batches of ``micro_batch_tokens``, and where the KV cache of a whole update's
+episodes would not leave room for the update, the rollout samples them in chunks of whole groups. A
+run that cannot fit even one episode at a time stops with an error that names what to lower.
 """
 
 from __future__ import annotations
@@ -204,12 +206,15 @@ def eval_tasks(cfg: TrainConfig) -> list:
     return tasks[: cfg.eval_episodes]
 
 
-def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | None = None) -> dict:
-    """Greedy success on ``tasks`` with its 95% interval (decoding as in deployment, S16)."""
+def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | None = None,
+                batch_size: int | None = None) -> dict:
+    """Greedy success on ``tasks`` with its 95% interval (decoding as in deployment, S16);
+    ``batch_size`` episodes at a time (default: all of them in one batch)."""
     env_kwargs = {"reward_mode": cfg.reward_mode, "max_steps": max_steps, **cfg.env_kwargs}
     settings = SamplingSettings(greedy=True, max_new_tokens=cfg.max_new_tokens)
-    # every task in one batch and no env seeds, as the loop has always evaluated
-    res = evaluate_tasks(policy, cfg.env_id, tasks, settings, env_kwargs, batch_size=max(1, len(tasks)), seed=None)
+    # no env seeds, as the loop has always evaluated; greedy decoding picks the same tokens in any batch
+    res = evaluate_tasks(policy, cfg.env_id, tasks, settings, env_kwargs, batch_size=max(1, batch_size or len(tasks)),
+                         seed=None)
     return {"success_rate": res.success_rate, "success_ci95": list(res.success_ci95), "episodes": res.episodes,
             "mean_turns": res.mean_turns, "distinct_tasks": res.tasks, "trajectories": res.trajectories}
 
@@ -217,15 +222,19 @@ def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | 
 # ---------------------------------------------------------------------------- one update's data
 
 def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
-            rng: np.random.Generator) -> tuple[list[Trajectory], list[Trajectory]]:
-    """Rollouts for one update in contiguous groups; plus reflection retries of all-failed groups."""
+            rng: np.random.Generator, rollout_rows: int | None = None) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Rollouts for one update in contiguous groups, ``rollout_rows`` episodes at a time (default: all in
+    one batch); plus reflection retries of all-failed groups."""
     steps = max_steps_at(cfg, update)
     env_kwargs = {"reward_mode": cfg.reward_mode, "max_steps": steps, **cfg.env_kwargs}
     tasks = sample_tasks(make(cfg.env_id, **env_kwargs), cfg, rng)
     group_tasks = [t for t in tasks for _ in range(cfg.group_size)]  # (N,) contiguous groups
     settings = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     envs = [make(cfg.env_id, **env_kwargs) for _ in group_tasks]
-    trajs = rollout(envs, policy, settings, tasks=group_tasks, generator=gen)
+    step = rollout_rows or len(group_tasks)
+    # chunks draw from the same generator one after another: a run is reproducible for a given chunk size
+    trajs = [t for s in range(0, len(group_tasks), step)
+             for t in rollout(envs[s:s + step], policy, settings, tasks=group_tasks[s:s + step], generator=gen)]
     for i, t in enumerate(trajs):
         t.group = i // cfg.group_size
     retries: list[Trajectory] = []
@@ -236,7 +245,7 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
                 continue
             # one batch per group, sampling on from the update's generator, so the draws stay reproducible
             redo = run_episodes(policy, cfg.env_id, [tasks[g]] * cfg.group_size, settings, env_kwargs,
-                                batch_size=cfg.group_size, seed=None,
+                                batch_size=min(cfg.group_size, rollout_rows or cfg.group_size), seed=None,
                                 prefixes=[reflection_note(group[0])] * cfg.group_size, generator=gen)
             for t in redo:
                 t.group = len(tasks) + len(retries) // cfg.group_size
@@ -292,11 +301,29 @@ def episode_tokens(policy: Policy, env_id: str, env_kwargs: dict, tasks: list[Ta
     return min(longest, max_context), shortest_prompt, most_actions
 
 
-def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> int | None:
-    """Print the run's memory estimate and return the micro-batch budget in tokens: ``cfg.micro_batch_tokens``,
-    else the largest that fits (None where the available memory is unknown: whole minibatches).
-    Raises `MemoryBudgetError` when the run cannot fit. ``cfg`` is resolved; ``tasks`` are its held-out
-    tasks, whose prompts and replies bound an episode's length."""
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What `preflight` settles before the first rollout."""
+
+    micro_batch_tokens: int | None  # most tokens per forward+backward pass; None: whole minibatches
+    rollout_rows: int | None  # episodes sampled in one batch; None: all of an update's (and all held-out tasks)
+
+
+def rollout_chunks(rows: int, group_size: int) -> list[int]:
+    """Smaller rollout batches to try when ``rows`` episodes at once do not fit, largest first: whole
+    groups, so that a group's episodes share their prompt's cache, then parts of one group."""
+    groups = [k * group_size for k in range((rows - 1) // group_size, 0, -1)]
+    return groups + list(range(min(group_size, rows) - 1, 0, -1))
+
+
+def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> MemoryPlan:
+    """Print the run's memory estimate and plan what fits: the micro-batch budget in tokens
+    (``cfg.micro_batch_tokens``, else the largest that fits; None where the available memory is unknown)
+    and how many episodes the rollout samples at once. Where the KV cache of all of an update's episodes
+    would leave too little room for the update, the rollout runs in chunks: the largest that leaves
+    room for a pass over one group's episodes, else for one episode. Raises `MemoryBudgetError` when
+    not even one episode at a time fits. ``cfg`` is resolved; ``tasks`` are its held-out tasks, whose
+    prompts and replies bound an episode's length."""
     levels = cfg.difficulty if isinstance(cfg.difficulty, (list, tuple)) else [cfg.difficulty]
     rng = np.random.default_rng(cfg.seed)  # its own generator: the run's task draws stay as they are
     generated = [make(cfg.env_id, **cfg.env_kwargs).generate_task(rng, d) for d in levels]
@@ -307,20 +334,35 @@ def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> int | None
     trainable = policy.num_parameters(trainable_only=True) + (shape.hidden + 1 if cfg.algo == "ppo" else 0)
     rows = max(cfg.tasks_per_update * cfg.group_size, len(tasks))  # a training batch, or evaluation's one batch
     minibatch = (cfg.grpo if cfg.algo == "grpo" else cfg.ppo).minibatch_size * context  # the most one pass can hold
-    sizes = dict(rollout_rows=rows, context=context, action_share=actions / (prompt + actions),
-                 checkpointing=cfg.gradient_checkpointing)
     # the model is loaded: what it holds counts both in the estimate and as available
     available = memory.available_bytes(policy.device)
     available = None if available is None else available + sum(
         p.numel() * p.element_size() for p in policy.model.parameters())
-    budget = cfg.micro_batch_tokens
-    if budget is None and available is not None:
-        budget = memory.largest_budget(shape, trainable, available, **sizes)
-    est = memory.estimate(shape, trainable, minibatch if budget is None else min(budget, minibatch), **sizes)
+
+    def plan(rollout_rows: int) -> tuple[int | None, memory.MemoryEstimate]:
+        sizes = dict(rollout_rows=rollout_rows, context=context, action_share=actions / (prompt + actions),
+                     checkpointing=cfg.gradient_checkpointing)
+        budget = cfg.micro_batch_tokens
+        if budget is None and available is not None:
+            budget = memory.largest_budget(shape, trainable, available, **sizes)
+        return budget, memory.estimate(shape, trainable, minibatch if budget is None else min(budget, minibatch), **sizes)
+
+    def fits(est: memory.MemoryEstimate) -> bool:
+        return available is None or est.total <= memory.SAFE_SHARE * available
+
+    budget, est = plan(rows)
+    chunk = None
+    if not fits(est):
+        tried = [(r, *plan(r)) for r in rollout_chunks(rows, cfg.group_size)]
+        roomy = [t for t in tried if fits(t[2]) and t[1] >= min(minibatch, cfg.group_size * context)]
+        chunk, budget, est = (roomy or [t for t in tried if fits(t[2])] or [(None, budget, est)])[0]
     print(est.describe(available))
-    if available is not None and est.total > memory.SAFE_SHARE * available:
+    if not fits(est):
         raise memory.MemoryBudgetError(memory_advice(est, available, cfg))
-    return budget
+    if chunk is not None:
+        print(f"sampling {chunk} episodes at a time: the KV cache of all {rows} at once would not leave room "
+              f"for the update")
+    return MemoryPlan(micro_batch_tokens=budget, rollout_rows=chunk)
 
 
 def memory_advice(est: memory.MemoryEstimate, available: float, cfg: TrainConfig) -> str:
@@ -533,10 +575,11 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
     evals = [json.loads(ln) for ln in (out_dir / "eval.jsonl").read_text().splitlines()] \
         if (out_dir / "eval.jsonl").exists() else []
     held_out = eval_tasks(cfg)
-    micro_batch_tokens = preflight(policy, cfg, held_out)  # prints the estimate; stops a run that cannot fit
+    plan = preflight(policy, cfg, held_out)  # prints the estimate; stops a run that cannot fit
+    micro_batch_tokens = plan.micro_batch_tokens
 
     def run_eval(update: int) -> None:
-        res = greedy_eval(policy, cfg, held_out)
+        res = greedy_eval(policy, cfg, held_out, batch_size=plan.rollout_rows)
         record = {"update": update, **{k: v for k, v in res.items() if k != "trajectories"}}
         evals.append(record)
         _append_jsonl(out_dir / "eval.jsonl", record)
@@ -558,7 +601,7 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
             # the minibatch order is drawn on the CPU; there one stream serves both
             order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(seed)
             t0 = time.perf_counter()
-            trajs, retries = collect(policy, cfg, update, gen, rng)
+            trajs, retries = collect(policy, cfg, update, gen, rng, plan.rollout_rows)
             batch = trajs + retries
             t1 = time.perf_counter()
             in_memory = None  # the gradient steps change the policy: from here only a checkpoint holds a whole update

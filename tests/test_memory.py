@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,17 +60,65 @@ print(json.dumps({"peak": peak, "estimate": est, "rows": rows}))
 """
 
 
-def update_peak(episodes: int, budget: int | None, layers: int = 2) -> dict:
-    """Peak memory (bytes) that one GRPO step over ``episodes`` of 96 tokens adds, measured in a fresh process."""
-    args = json.dumps({"arch": {**SMOL, "num_hidden_layers": layers}, "episodes": episodes, "budget": budget})
+# A rollout of GuessNumber episodes by a random-weight model in a fresh process, ``chunk`` episodes at a
+# time; prints the peak resident memory it added and the estimate of its KV cache for ``chunk`` rows.
+# The model writes random tokens, so every turn runs to the token limit: all episodes have one length.
+ROLLOUT_PEAK = r"""
+import json, sys
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from agentlab import memory
+from agentlab.policy import Policy
+from agentlab.rollout import SamplingSettings, make_envs, rollout
+from agentlab.tiny import build_tiny
+
+a = json.loads(sys.argv[1])
+torch.manual_seed(0)
+tok = AutoTokenizer.from_pretrained(str(build_tiny(verbose=False)))
+config = LlamaConfig(**{**a["arch"], "vocab_size": len(tok)})
+policy = Policy(LlamaForCausalLM(config).eval(), tok)
+
+
+def run(n, chunk, seed):
+    gen, out = torch.Generator().manual_seed(seed), []
+    for s in range(0, n, chunk):
+        envs = make_envs("agentlab/GuessNumber-v0", min(chunk, n - s), max_steps=3)
+        out += rollout(envs, policy, SamplingSettings(max_new_tokens=24), seeds=range(s, s + len(envs)), generator=gen)
+    return out
+
+
+run(2, 2, 1)  # first-call costs, not measured
+memory.peak_rss_reset()
+base = memory.rss()
+trajs = run(a["episodes"], a["chunk"], 0)
+peak = memory.peak_rss() - base
+context = max(len(t.token_ids) for t in trajs)
+est = memory.estimate(memory.ModelShape.from_config(config), 0, 0, rollout_rows=a["chunk"], context=context,
+                      action_share=0.3)
+print(json.dumps({"peak": peak, "estimate": est.kv_cache, "context": context}))
+"""
+
+
+def measured(script: str, args: dict) -> dict:
+    """Run one of the scripts above in a fresh process and return what it prints."""
     # One thread: many small passes stay quick on a shared machine. A fixed mmap threshold: every large
     # tensor gets pages of its own and returns them when freed, so the peak is the live memory, not
     # also what glibc keeps for later (which varies by tens of MB from run to run).
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
-    run = subprocess.run([sys.executable, "-c", UPDATE_PEAK, args], capture_output=True, text=True, timeout=600,
+    run = subprocess.run([sys.executable, "-c", script, json.dumps(args)], capture_output=True, text=True, timeout=600,
                          env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def update_peak(episodes: int, budget: int | None, layers: int = 2) -> dict:
+    """Peak memory (bytes) that one GRPO step over ``episodes`` of 96 tokens adds, measured in a fresh process."""
+    return measured(UPDATE_PEAK, {"arch": {**SMOL, "num_hidden_layers": layers}, "episodes": episodes, "budget": budget})
+
+
+def rollout_peak(episodes: int, chunk: int, layers: int = 8) -> dict:
+    """Peak memory (bytes) that sampling ``episodes`` GuessNumber episodes, ``chunk`` at a time, adds."""
+    return measured(ROLLOUT_PEAK, {"arch": {**SMOL, "num_hidden_layers": layers}, "episodes": episodes, "chunk": chunk})
 
 
 # ---------------------------------------------------------------------------- the estimate's arithmetic
@@ -199,6 +248,18 @@ def test_update_memory_stays_flat_as_the_batch_grows():
         assert 1.0 < r["estimate"] / r["peak"] < 1.5, r
 
 
+def test_rollout_memory_stays_flat_when_sampled_in_chunks():
+    """48 episodes sampled 16 at a time take the memory of 16, and all 48 at once about three times
+    as much; the KV cache estimate of the rows sampled together covers the measured peak."""
+    chunked = [rollout_peak(16, 16), rollout_peak(48, 16)]
+    whole = rollout_peak(48, 48)
+    peaks = [r["peak"] for r in chunked]
+    assert max(peaks) - min(peaks) < 0.1 * max(peaks), peaks
+    assert whole["peak"] > 2.5 * max(peaks), (whole, peaks)
+    for r in chunked + [whole]:
+        assert 1.0 < r["estimate"] / r["peak"] < 1.5, r
+
+
 def test_agentlab_memory_gb_caps_what_a_run_may_take(monkeypatch):
     monkeypatch.delenv("AGENTLAB_MEMORY_GB", raising=False)
     assert memory.available_bytes("cpu") > 2**30, "this machine reports its free memory"
@@ -246,8 +307,63 @@ def test_preflight_picks_a_budget_that_fits(warm_path, monkeypatch, capsys):
     cfg = resolve(TrainConfig(profile="ci", tasks_per_update=4, group_size=4, eval_episodes=8))
     tasks = eval_tasks(cfg)
     context = train_mod.episode_tokens(policy, cfg.env_id, {}, tasks, cfg.max_new_tokens)[0]
-    assert train_mod.preflight(policy, cfg, tasks) > 32 * context, "the tiny policy's minibatches fit in one pass"
+    roomy = train_mod.preflight(policy, cfg, tasks)
+    assert roomy.micro_batch_tokens > 32 * context, "the tiny policy's minibatches fit in one pass"
+    assert roomy.rollout_rows is None, "and all 16 episodes are sampled in one batch"
     monkeypatch.setattr(memory, "available_bytes", lambda device: 150 * 2**20)
-    assert context <= train_mod.preflight(policy, cfg, tasks) < 32 * context, "on 150 MB a minibatch runs in pieces"
+    tight = train_mod.preflight(policy, cfg, tasks)
+    assert context <= tight.micro_batch_tokens < 32 * context, "on 150 MB a minibatch runs in pieces"
+    assert tight.rollout_rows is None
     out = capsys.readouterr().out
     assert out.count("memory estimate: weights") == 2 and "KV cache" in out and "available" in out
+
+
+def test_rollout_chunks_are_whole_groups_then_parts_of_one():
+    from agentlab.train import rollout_chunks
+
+    assert rollout_chunks(32, 8) == [24, 16, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert rollout_chunks(40, 8) == [32, 24, 16, 8, 7, 6, 5, 4, 3, 2, 1]  # 40 held-out tasks, 4 groups of 8
+    assert rollout_chunks(1, 8) == []
+
+
+def test_a_run_whose_rollout_does_not_fit_samples_in_chunks(tmp_path, warm_path, monkeypatch, capsys):
+    """Where the KV cache of a whole update's episodes leaves no room for even one episode's pass, the
+    run samples fewer episodes at a time instead of stopping, and trains."""
+    from agentlab import train as training
+
+    cfg = training.resolve(training.TrainConfig(profile="ci", policy=str(warm_path), out_dir=str(tmp_path / "run"),
+                                                tasks_per_update=4, group_size=4, eval_episodes=8, updates=1))
+    policy = training.load_training_policy(cfg)
+    tasks = training.eval_tasks(cfg)
+    context, prompt, actions = training.episode_tokens(policy, cfg.env_id, {}, tasks, cfg.max_new_tokens)
+    shape = memory.ModelShape.from_config(policy.model.config)
+    sizes = dict(context=context, action_share=actions / (prompt + actions))
+    trainable = policy.num_parameters(trainable_only=True)
+    weights = sum(p.numel() * p.element_size() for p in policy.model.parameters())
+
+    def need(rows: int, tokens: int) -> float:
+        return memory.estimate(shape, trainable, tokens, rollout_rows=rows, **sizes).total
+
+    free = 0.98 * need(16, context) / memory.SAFE_SHARE - weights  # 16 episodes' cache and a one-episode pass: too much
+    monkeypatch.setattr(memory, "available_bytes", lambda device: free)
+    plan = training.preflight(policy, cfg, tasks)
+    assert plan.rollout_rows in training.rollout_chunks(16, 4) and plan.micro_batch_tokens >= context, plan
+    assert need(plan.rollout_rows, plan.micro_batch_tokens) <= memory.SAFE_SHARE * (free + weights)
+    assert f"sampling {plan.rollout_rows} episodes at a time" in capsys.readouterr().out
+
+    from agentlab import evaluate
+
+    seen = []
+    rollout = training.rollout
+    for module in (training, evaluate):  # the update's rollout, and the held-out evaluation's
+        monkeypatch.setattr(module, "rollout", lambda envs, *a, **k: seen.append(len(envs)) or rollout(envs, *a, **k))
+    result = training.train(cfg, policy, progress=False)
+    chunk = plan.rollout_rows
+    def pieces(n: int) -> list[int]:
+        return [min(chunk, n - start) for start in range(0, n, chunk)]
+
+    assert seen == pieces(8) + pieces(16) + pieces(8), seen  # held-out tasks, the update's episodes, held-out tasks
+    assert len(result.history) == 1 and len(result.evals) == 2
+    groups = [t.group for t in training.collect(policy, cfg, 1, torch.Generator().manual_seed(0),
+                                                 np.random.default_rng(1), rollout_rows=chunk)[0]]
+    assert groups == [g for g in range(4) for _ in range(4)], groups
