@@ -198,13 +198,17 @@ TRAIN_ALIASES = {"env_id": "--env", "updates": "--steps", "out_dir": "--out"}
 def add_train_flags(p: argparse.ArgumentParser, usage: str, about: str) -> None:
     """Every `TrainConfig` field as a flag (`agentlab.flags`), for ``train`` and ``demo`` alike."""
     from agentlab.algos.grpo import ADVANTAGES
+    from agentlab.algos.losses import IS_CORRECTIONS
     from agentlab.flags import add_flags
+    from agentlab.sampler import SAMPLERS
     from agentlab.train import TrainConfig
 
     p.usage = f"{usage}   (--help lists every field)"
     p.description = f"{p.description} {about}"
     add_flags(p, TrainConfig, aliases=TRAIN_ALIASES,
-              choices={"algo": ("grpo", "ppo"), "profile": PROFILES, "grpo.advantage": ADVANTAGES})
+              choices={"algo": ("grpo", "ppo"), "profile": PROFILES, "grpo.advantage": ADVANTAGES,
+                       "sampler": (*SAMPLERS, None), "grpo.is_correction": (*IS_CORRECTIONS, None),
+                       "ppo.is_correction": (*IS_CORRECTIONS, None)})
 
 
 def setup_train(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,8 @@ killer, which ends the process without a message or a checkpoint. The parts, in 
     KV cache     the rollout's keys and values, rows × context × layers × 2 × kv_heads × head_dim × bytes
                  (`kv_cache_bytes`), plus the next-token logits of every row, rows × vocab × bytes,
                  times ROLLOUT_OVERHEAD
+    sampler      a cheaper sampling copy of the policy (`agentlab.sampler`), where the run has one: held
+                 while it samples; it is built from a float copy, so the estimate counts that copy's bytes
 
 By default the parts are added although the rollout's cache is freed before the update: the sum
 is what the process holds if the allocator keeps freed pages, and an estimate that errs high stops
@@ -168,27 +170,32 @@ class MemoryEstimate:
     rollout_rows: int
     context: int  # tokens of the longest episode
     take_turns: bool = False  # the peak holds the larger of activations and KV cache, not both (module docstring)
+    sampler: float = 0.0  # a sampling copy of the policy, held with the KV cache while the rollout runs
 
     @property
     def total(self) -> float:
-        held = max(self.activations, self.kv_cache) if self.take_turns else self.activations + self.kv_cache
+        rollout = self.kv_cache + self.sampler
+        held = max(self.activations, rollout) if self.take_turns else self.activations + rollout
         return self.weights + self.adapter + self.optimiser + held
 
     def describe(self, available: float | None = None) -> str:
         size = format_bytes
         parts = (f"weights {size(self.weights)}, adapter {size(self.adapter)}, optimiser {size(self.optimiser)}, "
                  f"activations {size(self.activations)} (micro-batches of {self.micro_batch_tokens:,} tokens), "
-                 f"KV cache {size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)")
+                 f"KV cache {size(self.kv_cache)} ({self.rollout_rows} episodes of up to {self.context:,} tokens)"
+                 + (f", sampler copy {size(self.sampler)}" if self.sampler else ""))
         of = f" of {size(available)} available" if available is not None else ""
         total = "peak (activations and KV cache take turns)" if self.take_turns else "total"
         return f"memory estimate: {parts}; {total} {size(self.total)}{of}"
 
 
 def estimate(shape: ModelShape, trainable: int, micro_batch_tokens: int, rollout_rows: int, context: int,
-             action_share: float, checkpointing: bool = False, take_turns: bool = False) -> MemoryEstimate:
+             action_share: float, checkpointing: bool = False, take_turns: bool = False,
+             sampler: float = 0.0) -> MemoryEstimate:
     """The memory of a run whose largest pass holds ``micro_batch_tokens`` tokens, an ``action_share`` of
     them action tokens, and whose rollout plays ``rollout_rows`` episodes of up to ``context`` tokens;
-    ``take_turns``: the peak holds the larger of activations and KV cache instead of their sum."""
+    ``take_turns``: the peak holds the larger of activations and KV cache instead of their sum;
+    ``sampler``: the bytes of a sampling copy of the policy, held during the rollout (0: none)."""
     tokens = max(micro_batch_tokens, context)  # an episode longer than the budget runs alone
     kv = kv_cache_bytes(shape, rollout_rows * context)
     logits = rollout_rows * shape.vocab * 4  # rollout reads one position's logits per row, in float32
@@ -196,7 +203,7 @@ def estimate(shape: ModelShape, trainable: int, micro_batch_tokens: int, rollout
         weights=shape.weight_bytes(), adapter=2 * 4 * trainable, optimiser=2 * 4 * trainable,
         activations=activation_bytes(shape, tokens, action_share * tokens, checkpointing),
         kv_cache=ROLLOUT_OVERHEAD * (kv + logits), micro_batch_tokens=tokens, rollout_rows=rollout_rows,
-        context=context, take_turns=take_turns)
+        context=context, take_turns=take_turns, sampler=sampler)
 
 
 def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes) -> int:
@@ -205,7 +212,7 @@ def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes)
     (``take_turns``), they need not share the room with the KV cache, which must then fit on its own."""
     est = estimate(shape, trainable, 0, **sizes)
     per_token = activation_bytes(shape, 1, sizes["action_share"], sizes.get("checkpointing", False))
-    rest = est.weights + est.adapter + est.optimiser + (0 if est.take_turns else est.kv_cache)
+    rest = est.weights + est.adapter + est.optimiser + (0 if est.take_turns else est.kv_cache + est.sampler)
     return int((SAFE_SHARE * available - rest) // per_token)
 
 

@@ -25,6 +25,15 @@ import torch
 
 from agentlab.policy import Policy
 
+# The cheaper samplers `TrainConfig.sampler` names, each with the linear layers it leaves in float
+# (`int8_sampler`'s ``skip``). bench/RESULTS.md, "A cheaper sampler", measured both on SmolLM2-135M:
+# every linear in int8 is the fast one and far from the trainer; keeping lm_head and down_proj float
+# (the layers whose inputs have the outlier channels dynamic int8 rounds away) is closer and slower.
+SAMPLERS: dict[str, tuple[str, ...]] = {
+    "int8": (),
+    "int8-partial": ("lm_head", "down_proj"),
+}
+
 
 def merged_model(policy: Policy) -> torch.nn.Module:
     """A copy of the policy's model with its LoRA adapter folded into the weights (no adapter left);
@@ -55,7 +64,8 @@ def int8_sampler(policy: Policy, skip: tuple[str, ...] = ()) -> Policy:
         warnings.filterwarnings("ignore", message="torch.quantize_per_tensor", category=UserWarning)
         spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
                 if isinstance(module, torch.nn.Linear) and not any(k in name for k in skip)}
-        model = quantize_dynamic(model, spec, dtype=torch.qint8)
+        # in place: the merged model is already a private copy, and a second float copy would double the build's peak
+        model = quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
     sampler = Policy(model, policy.tokenizer, name=f"{policy.name} (int8 sampler)", quantization="int8-dynamic")
     sampler.action_format, sampler.share_prompts = policy.action_format, policy.share_prompts
     return sampler

@@ -55,6 +55,7 @@ from agentlab.policy import LoraSettings, Policy, load_policy
 from agentlab.profiles import Profile, profile
 from agentlab.rewards import RewardShaping, shape_group_rewards
 from agentlab.rollout import TOO_LONG, SamplingSettings, Trajectory, play, rollout, save_jsonl
+from agentlab.sampler import SAMPLERS, int8_sampler
 from agentlab.tasks import Task, load_tasks
 from agentlab.warmup import profile_policy_source
 
@@ -102,6 +103,13 @@ class TrainConfig:
     max_bad_updates: int = 3  # stop after this many non-finite (or max_kl) updates in a row
     action_format: str | None = None  # "call" or "tool_call"; None = the policy's native format (written to config.json)
     max_kl: float | None = None  # warn when the KL to the reference passes this, stop after max_bad_updates; None = off
+    sampler: str | None = None  # sample with a cheaper copy, rebuilt every update: "int8" or "int8-partial" (CPU only)
+    # sampler_max_kl: a warning, not a guard (the run goes on). 0.02 is the KL a healthy update moves the policy
+    # (`agentlab.metrics`' approx_kl band): a sampler farther from the trainer than that makes every batch as stale
+    # as one more update. bench/RESULTS.md ("A cheaper sampler") puts float32 at ~1e-11 and SmolLM2's int8 copies
+    # at 0.37 (every linear) and 0.078 (lm_head, down_proj float), so it passes the trainer's own dtype and flags
+    # both int8 copies of that model; it is chosen from those numbers, not calibrated against learning curves.
+    sampler_max_kl: float | None = 0.02  # warn when sampler_kl (the sampler's KL to the trainer) passes this; None: off
     name: str = "run"  # run name; output goes to out_dir
     out_dir: str | None = None  # None = runs/<name>
     seed: int = 0  # seeds tasks, sampling and minibatch order
@@ -134,10 +142,19 @@ def resolve(cfg: TrainConfig, prof: Profile | None = None) -> TrainConfig:
     if cfg.tasks_per_update is not None and cfg.tasks_per_update < 1:
         raise ValueError(f"tasks_per_update must be at least 1 (questions sampled per update); got {cfg.tasks_per_update}")
     env_class(cfg.env_id)  # unknown ids fail here, with the list of known ones
+    quantization = prof.quantization if cfg.quantization == "profile" else cfg.quantization
+    if cfg.sampler is not None and cfg.sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be None (sample with the trainer itself) or one of {tuple(SAMPLERS)}, "
+                         f"got {cfg.sampler!r}")
+    if cfg.sampler is not None and (quantization is not None or prof.device != "cpu"):
+        # PyTorch's dynamic int8 kernels are CPU kernels, and a bitsandbytes base has no float weights to quantise
+        raise ValueError(f"sampler={cfg.sampler!r} samples from a dynamic int8 copy of a float policy on the CPU; this "
+                         f"run's policy is {quantization or 'float'} on {prof.device} (profile {prof.name!r}). Drop "
+                         "the sampler (sampler=None, --sampler none) or train on a CPU profile with quantization=None")
     pick = lambda value, default: default if value is None else value  # noqa: E731
     return dataclasses.replace(
         cfg, profile=prof.name,
-        quantization=prof.quantization if cfg.quantization == "profile" else cfg.quantization,
+        quantization=quantization,
         lora_r=pick(cfg.lora_r, prof.lora_r), updates=pick(cfg.updates, prof.rl_updates),
         tasks_per_update=pick(cfg.tasks_per_update, prof.tasks_per_update),
         group_size=pick(cfg.group_size, prof.group_size), lr=pick(cfg.lr, prof.rl_lr),
@@ -224,7 +241,8 @@ def greedy_eval(policy: Policy, cfg: TrainConfig, tasks: list, max_steps: int | 
 def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             rng: np.random.Generator, rollout_rows: int | None = None) -> tuple[list[Trajectory], list[Trajectory]]:
     """Rollouts for one update in contiguous groups, ``rollout_rows`` episodes at a time (default: all in
-    one batch); plus reflection retries of all-failed groups."""
+    one batch); plus reflection retries of all-failed groups. ``policy`` samples them all: the trainer,
+    or the cheaper copy of it that `train` builds for the update (``cfg.sampler``)."""
     steps = max_steps_at(cfg, update)
     env_kwargs = {"reward_mode": cfg.reward_mode, "max_steps": steps, **cfg.env_kwargs}
     tasks = sample_tasks(make(cfg.env_id, **env_kwargs), cfg, rng)
@@ -331,6 +349,8 @@ def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> MemoryPlan
     context, prompt, actions = episode_tokens(policy, cfg.env_id, env_kwargs, tasks[:2] + generated, cfg.max_new_tokens)
     dtype = next(p.dtype for p in policy.model.parameters() if p.is_floating_point())
     shape = memory.ModelShape.from_config(policy.model.config, dtype, policy.quantization)
+    # the int8 copy is built from a merged float copy of the weights, the larger of the two it holds at once
+    sampler = shape.weight_bytes() if cfg.sampler is not None else 0.0
     trainable = policy.num_parameters(trainable_only=True) + (shape.hidden + 1 if cfg.algo == "ppo" else 0)
     rows = max(cfg.tasks_per_update * cfg.group_size, len(tasks))  # a training batch, or evaluation's one batch
     minibatch = (cfg.grpo if cfg.algo == "grpo" else cfg.ppo).minibatch_size * context  # the most one pass can hold
@@ -341,7 +361,7 @@ def preflight(policy: Policy, cfg: TrainConfig, tasks: list[Task]) -> MemoryPlan
 
     def plan(rollout_rows: int) -> tuple[int | None, memory.MemoryEstimate]:
         sizes = dict(rollout_rows=rollout_rows, context=context, action_share=actions / (prompt + actions),
-                     checkpointing=cfg.gradient_checkpointing)
+                     checkpointing=cfg.gradient_checkpointing, sampler=sampler)
         budget = cfg.micro_batch_tokens
         if budget is None and available is not None:
             budget = memory.largest_budget(shape, trainable, available, **sizes)
@@ -510,8 +530,11 @@ def stop_interrupted(out_dir: Path, policy: Policy, optimizer, value_head, cfg: 
 
 def check_update(update: int, stats: dict, cfg: TrainConfig, streaks: dict[str, int]) -> str | None:
     """Warn about a bad update (NaN or infinite loss, KL to the reference above ``max_kl``); return why the
-    run must stop once ``max_bad_updates`` bad ones came in a row, else None. ``streaks`` counts them."""
+    run must stop once ``max_bad_updates`` bad ones came in a row, else None. ``streaks`` counts them.
+    A sampler farther from the trainer than ``sampler_max_kl`` only warns, once per stretch of such updates."""
     nonfinite, kl = stats.get("nonfinite", 0.0), stats.get("kl")
+    sampler_far = sampler_warning(update, stats, cfg, streaks.get("sampler", 0))
+    streaks["sampler"] = streaks.get("sampler", 0) + 1 if sampler_far else 0
     if 0.0 < nonfinite < 1.0:
         warnings.warn(f"update {update}: {nonfinite:.0%} of its gradient steps had a NaN or infinite loss "
                       "and were skipped")
@@ -531,6 +554,24 @@ def check_update(update: int, stats: dict, cfg: TrainConfig, streaks: dict[str, 
         return (f"{streaks['kl']} updates in a row had a KL to the reference above max_kl={cfg.max_kl} (last: {kl:.3g} "
                 f"at update {update}). Lower the learning rate (now {cfg.lr}) or the steps per update")
     return None
+
+
+def sampler_warning(update: int, stats: dict, cfg: TrainConfig, streak: int) -> bool:
+    """Whether this update's ``sampler_kl`` passed ``cfg.sampler_max_kl``; warns at the first such update
+    after one below it (``streak``: such updates just before), since a sampler's distance rarely changes."""
+    gap = stats.get("sampler_kl")
+    far = cfg.sampler_max_kl is not None and gap is not None and gap > cfg.sampler_max_kl
+    if far and streak == 0:
+        settings = cfg.grpo if cfg.algo == "grpo" else cfg.ppo
+        todo = (f"Correct for it ({cfg.algo}.is_correction='token_truncated')" if settings.is_correction is None else
+                f"The correction's weights carry much of the signal (is_capped_frac "
+                f"{stats.get('is_capped_frac', float('nan')):.1%} past is_cap={settings.is_cap})")
+        closer = "a closer copy (sampler='int8-partial') or " if cfg.sampler == "int8" else ""
+        warnings.warn(f"update {update}: the sampler's KL to the trainer is {gap:.3g} (sampler_kl), above "
+                      f"sampler_max_kl={cfg.sampler_max_kl}; {stats.get('sampler_clip_frac', float('nan')):.0%} of "
+                      f"its tokens start outside the clip range. {todo}, or sample with {closer}the trainer "
+                      "(sampler=None). Not repeated while it stays above")
+    return far
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -587,7 +628,7 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
 
     if start == 0:
         run_eval(0)
-    streaks = {"nonfinite": 0, "kl": 0}
+    streaks = {"nonfinite": 0, "kl": 0, "sampler": 0}
     saved_at = time.monotonic()
     bar = tqdm(range(start, cfg.updates), desc=f"{cfg.algo} {cfg.env_id.split('/')[-1]}", disable=not progress,
                initial=start, total=cfg.updates)
@@ -601,7 +642,12 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
             # the minibatch order is drawn on the CPU; there one stream serves both
             order = gen if gen.device.type == "cpu" else torch.Generator().manual_seed(seed)
             t0 = time.perf_counter()
-            trajs, retries = collect(policy, cfg, update, gen, rng, plan.rollout_rows)
+            # a cheaper copy samples the update's episodes (and retries); rebuilt from the trainer every update, so
+            # that it holds the adapter as it is now. Held-out evaluation stays greedy on the trainer itself.
+            sampler = int8_sampler(policy, SAMPLERS[cfg.sampler]) if cfg.sampler is not None else policy
+            t_built = time.perf_counter()
+            trajs, retries = collect(sampler, cfg, update, gen, rng, plan.rollout_rows)
+            del sampler  # the copy's memory goes back before the update
             batch = trajs + retries
             t1 = time.perf_counter()
             in_memory = None  # the gradient steps change the policy: from here only a checkpoint holds a whole update
@@ -610,11 +656,11 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
             if cfg.algo == "grpo":
                 rewards, shaping_info = episode_rewards(batch, cfg)
                 stats = grpo.update(policy, optimizer, batch, rewards, cfg.group_size, cfg.grpo, generator=order,
-                                    micro_batch_tokens=micro_batch_tokens)
+                                    micro_batch_tokens=micro_batch_tokens, measure_sampler_gap=cfg.sampler is not None)
             else:
                 shaping_info = {}
                 stats = ppo.update(policy, optimizer, batch, cfg.ppo, value_head=value_head, generator=order,
-                                   micro_batch_tokens=micro_batch_tokens)
+                                   micro_batch_tokens=micro_batch_tokens, measure_sampler_gap=cfg.sampler is not None)
             if cfg.gradient_checkpointing:
                 policy.model.eval()  # and sampling in eval mode, with its KV cache
             t2 = time.perf_counter()
@@ -623,8 +669,10 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
             record = {"update": update, **batch_metrics(trajs, cfg), **stats, **shaping_info,
                       "max_steps": max_steps_at(cfg, update), "reflection_retries": len(retries),
                       "reflection_success": M.success_rate([t.success for t in retries]) if retries else None,
-                      "tokens_per_s": action_tokens / max(t1 - t0, 1e-9), "seconds_rollout": t1 - t0,
+                      "tokens_per_s": action_tokens / max(t1 - t_built, 1e-9), "seconds_rollout": t1 - t_built,
                       "seconds_update": t2 - t1}
+            if cfg.sampler is not None:
+                record["seconds_sampler_build"] = t_built - t0
             if (why := check_update(update, stats, cfg, streaks)) is not None:
                 _append_jsonl(out_dir / "metrics.jsonl", record)
                 raise TrainingDiverged(f"{why} or resume from {latest_checkpoint(out_dir)}.")

@@ -5,7 +5,9 @@ sampler is the trainer; its gradient equals a token-by-token reference written o
 sampler is off; and its weights truncate or mask exactly at the cap.
 """
 
+import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -231,3 +233,126 @@ def test_an_int8_sampler_follows_the_adapter_and_its_mismatch_is_measured(tiny_p
     stats = grpo.update(policy, opt, trajs, torch.tensor([1.0, 0, 0, 0, 0, 1.0, 0, 0]), 4,
                         grpo.GRPOSettings(epochs=1, minibatch_size=8, is_correction="sequence_truncated"))
     assert stats["sampler_kl"] == pytest.approx(trainer["sampler_kl"], rel=1e-4)
+
+
+# ---------------------------------------------------------------------------- train() with a sampler
+
+def sampler_run(tmp_path, warm_path, name, **kw):
+    """A two-update ci run on the warmed tiny policy (its groups' rewards differ: the updates take steps)."""
+    from agentlab.train import TrainConfig
+
+    base = dict(env_id="agentlab/GuessNumber-v0", profile="ci", policy=str(warm_path), name=name,
+                out_dir=str(tmp_path / name), updates=2, tasks_per_update=4, group_size=4, eval_episodes=4,
+                eval_every=100, checkpoint_every=100, grpo=grpo.GRPOSettings(minibatch_size=8))
+    return TrainConfig(**{**base, **kw})
+
+
+def counted_samplers(monkeypatch, make=None):
+    """Replace `train`'s int8_sampler by one that records the trainer's LoRA B weights at each build."""
+    import agentlab.train as train_module
+    from agentlab.sampler import int8_sampler
+
+    builds = []
+
+    def build(policy, skip=()):
+        builds.append({"skip": skip, "lora_B": sum(float(p.abs().sum()) for n, p in policy.model.named_parameters()
+                                                   if "lora_B" in n)})
+        return (make or int8_sampler)(policy, skip)
+
+    monkeypatch.setattr(train_module, "int8_sampler", build)
+    return builds
+
+
+def test_train_with_an_int8_sampler_rebuilds_it_every_update_and_logs_the_mismatch(tmp_path, warm_path, monkeypatch,
+                                                                                    capsys):
+    import warnings
+
+    from agentlab.train import load_training_policy, train
+
+    builds = counted_samplers(monkeypatch)
+    cfg = sampler_run(tmp_path, warm_path, "int8", sampler="int8", sampler_max_kl=0.0)  # every update passes 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(cfg, load_training_policy(cfg), progress=False)
+    assert len(builds) == 2 and builds[0]["skip"] == ()
+    assert builds[0]["lora_B"] == 0 and builds[1]["lora_B"] > 0, "each copy holds the adapter as it is then"
+    for record in result.history:
+        assert 0 < record["sampler_kl"] < 0.05 and 0 <= record["sampler_clip_frac"] <= 1
+        assert "is_weight_mean" not in record, "no is_correction: measured, not corrected"
+        assert record["seconds_sampler_build"] > 0
+    far = [str(w.message) for w in caught if "sampler_max_kl" in str(w.message)]
+    assert len(far) == 1, "warned once for the stretch of updates above the threshold"
+    assert "grpo.is_correction='token_truncated'" in far[0] and "int8-partial" in far[0]
+    assert json.loads((tmp_path / "int8" / "config.json").read_text())["sampler"] == "int8"
+    assert "sampler copy" in capsys.readouterr().out, "the preflight counts the copy"
+
+
+def test_the_memory_estimate_holds_the_sampler_copy_with_the_kv_cache():
+    from agentlab import memory
+
+    shape = memory.ModelShape.from_config(SimpleNamespace(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                          num_attention_heads=4, num_key_value_heads=2,
+                                                          vocab_size=100, tie_word_embeddings=True))
+    sizes = dict(rollout_rows=8, context=100, action_share=0.5)
+    plain = memory.estimate(shape, 1000, 400, **sizes)
+    copy = memory.estimate(shape, 1000, 400, sampler=shape.weight_bytes(), **sizes)
+    assert copy.total == pytest.approx(plain.total + shape.weight_bytes())
+    assert "sampler copy" in copy.describe() and "sampler" not in plain.describe()
+    # taking turns, the copy is held with the rollout's cache, not with the update's activations
+    turns = memory.estimate(shape, 1000, 400, take_turns=True, sampler=1e9, **sizes)
+    assert turns.total == pytest.approx(turns.weights + turns.adapter + turns.optimiser + turns.kv_cache + 1e9)
+    budget = lambda **kw: memory.largest_budget(shape, 1000, 1e8, **sizes, **kw)  # noqa: E731
+    assert budget(sampler=1e7) < budget()
+
+
+def test_ppo_with_a_sampler_and_the_correction(tmp_path, warm_path, monkeypatch):
+    from agentlab.train import load_training_policy, train
+
+    builds = counted_samplers(monkeypatch)
+    cfg = sampler_run(tmp_path, warm_path, "ppo8", algo="ppo", updates=1, sampler="int8-partial",
+                      ppo=ppo.PPOSettings(epochs=1, minibatch_size=8, is_correction="token_truncated"))
+    record = train(cfg, load_training_policy(cfg), progress=False).history[0]
+    assert builds == [{"skip": ("lm_head", "down_proj"), "lora_B": 0.0}]
+    assert record["sampler_kl"] > 0 and 0 < record["is_weight_mean"] <= 3.0
+
+
+def test_without_a_sampler_nothing_changes(tmp_path, warm_path, monkeypatch):
+    """The sampler's path with the trainer as its own sampler takes the same draws as no sampler at all:
+    the same episodes, updates and evaluations; the only new numbers are the (zero) mismatch and timings."""
+    from agentlab.train import load_training_policy, train
+
+    builds = counted_samplers(monkeypatch, make=lambda policy, skip: policy)
+    plain_cfg = sampler_run(tmp_path, warm_path, "plain")
+    plain = train(plain_cfg, load_training_policy(plain_cfg), progress=False)
+    assert builds == []
+    same_cfg = sampler_run(tmp_path, warm_path, "same", sampler="int8")
+    same = train(same_cfg, load_training_policy(same_cfg), progress=False)
+    assert len(builds) == 2
+    timing = ("seconds_", "tokens_per_s")
+    for a, b in zip(plain.history, same.history, strict=True):
+        assert "skipped" not in a and a["grad_norm"] > 0, "the update took its steps"
+        assert not any(k.startswith("sampler") or k.startswith("is_") for k in a)
+        assert b["sampler_kl"] == pytest.approx(0.0, abs=1e-6) and b["sampler_clip_frac"] == 0.0
+        assert set(b) - set(a) == {"sampler_kl", "sampler_clip_frac", "seconds_sampler_build"}
+        assert {k: v for k, v in a.items() if not k.startswith(timing)} == \
+               {k: v for k, v in b.items() if k in a and not k.startswith(timing)}
+    assert [e["success_rate"] for e in plain.evals] == [e["success_rate"] for e in same.evals]
+
+
+def test_resolve_and_the_command_line_check_the_sampler(tmp_path, warm_path):
+    from agentlab.cli import build_parser
+    from agentlab.train import resolve
+
+    with pytest.raises(ValueError, match=r"sampler must be None .*'int8', 'int8-partial'.*got 'int4'"):
+        resolve(sampler_run(tmp_path, warm_path, "x", sampler="int4"))
+    with pytest.raises(ValueError, match="4bit on cpu.*Drop the sampler.*quantization=None"):
+        resolve(sampler_run(tmp_path, warm_path, "x", sampler="int8", quantization="4bit"))
+    with pytest.raises(ValueError, match="on cuda \\(profile 'gpu'\\).*CPU profile"):
+        resolve(sampler_run(tmp_path, warm_path, "x", sampler="int8", profile="gpu", quantization=None))
+    assert resolve(sampler_run(tmp_path, warm_path, "x", sampler="int8")).sampler == "int8"
+    parser = build_parser("train")
+    args = parser.parse_args(["train", "--sampler", "int8", "--grpo.is-correction", "token_truncated"])
+    assert (args.sampler, getattr(args, "grpo.is_correction")) == ("int8", "token_truncated")
+    assert parser.parse_args(["train", "--sampler", "none"]).sampler is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--sampler", "int4"])

@@ -43,7 +43,7 @@ import torch
 from agentlab.advantages import (gigpo_advantages, group_advantages, spread_to_tokens, turn_baseline_advantages,
                                  turn_index_advantages, zero_variance_mask)
 from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, correct_for_sampler, kl_to_reference,
-                                   micro_batches, minibatches, reference_logp, share)
+                                   measure_sampler, micro_batches, minibatches, reference_logp, share)
 from agentlab.rollout import Trajectory, pad_batch
 from agentlab.tensors import masked_mean
 
@@ -125,11 +125,13 @@ def turn_advantages(trajs: list[Trajectory], rewards: torch.Tensor, group_size: 
 
 
 def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, group_size: int,
-           s: GRPOSettings, generator: torch.Generator | None = None, micro_batch_tokens: int | None = None) -> dict:
+           s: GRPOSettings, generator: torch.Generator | None = None, micro_batch_tokens: int | None = None,
+           measure_sampler_gap: bool = False) -> dict:
     """One GRPO update on ``trajs`` (contiguous groups of ``group_size``) with episode ``rewards`` (N,).
 
     ``micro_batch_tokens``: the most tokens (rows × padded length) one forward pass may hold;
-    None runs every minibatch in one pass."""
+    None runs every minibatch in one pass. ``measure_sampler_gap``: the episodes came from another
+    sampler; log ``sampler_kl`` and ``sampler_clip_frac`` even without ``is_correction``."""
     flat = zero_variance_mask(rewards, group_size)  # (N,) True where the group's rewards are all equal
     if s.advantage == "episode":
         adv = group_advantages(rewards, group_size, scale=s.adv_scale)  # (N,)
@@ -151,6 +153,8 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
     if s.is_correction is not None:  # adds prox_logp and is_weight, (B, L-1)
         metrics |= correct_for_sampler(policy, batch, s.is_correction, s.is_cap, s.clip_coef, temperature,
                                        micro_batch_tokens)
+    elif measure_sampler_gap:  # the same numbers, the loss uncorrected: the run "without the correction"
+        metrics |= measure_sampler(policy, batch, s.clip_coef, temperature, micro_batch_tokens)
     if s.advantage == "episode":
         batch["adv"] = adv[keep].to(device)[:, None] * mask  # (B, L-1) the episode's advantage on each action token
     else:  # (B, L-1) each turn's advantage on that turn's tokens

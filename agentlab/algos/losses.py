@@ -110,6 +110,14 @@ def correct_for_sampler(policy, batch: dict[str, torch.Tensor], mode: str, cap: 
     return sampler_mismatch(batch["prox_logp"], batch["old_logp"], batch["loss_mask"], clip_coef, mode, cap)
 
 
+def measure_sampler(policy, batch: dict[str, torch.Tensor], clip_coef: float, temperature: float,
+                    max_tokens: int | None) -> dict[str, float]:
+    """`sampler_mismatch` without the correction: ``sampler_kl`` and ``sampler_clip_frac`` of a batch from a
+    sampler that is not the trainer, from one no-grad pass; the batch and so the loss stay as they are."""
+    prox_logp = policy_logp(policy, batch, temperature, max_tokens)  # (B, L-1)
+    return sampler_mismatch(prox_logp, batch["old_logp"], batch["loss_mask"], clip_coef)
+
+
 def minibatches(n: int, size: int, generator: torch.Generator | None = None):
     """Shuffled index tensors covering range(n) in chunks of ``size``."""
     order = torch.randperm(n, generator=generator)

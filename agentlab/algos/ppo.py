@@ -32,7 +32,7 @@ from torch import nn
 
 from agentlab.advantages import gae, spread_to_tokens
 from agentlab.algos.losses import (AccumulatedStep, clipped_surrogate, correct_for_sampler, kl_to_reference,
-                                   micro_batches, minibatches, reference_logp, share)
+                                   measure_sampler, micro_batches, minibatches, reference_logp, share)
 from agentlab.rollout import Trajectory, pad_batch
 from agentlab.tensors import explained_variance, masked_mean
 
@@ -100,11 +100,13 @@ def old_values(policy, value_head: ValueHead, batch: dict, turns: dict, temperat
 
 
 def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_head: ValueHead,
-           generator: torch.Generator | None = None, micro_batch_tokens: int | None = None) -> dict:
+           generator: torch.Generator | None = None, micro_batch_tokens: int | None = None,
+           measure_sampler_gap: bool = False) -> dict:
     """One PPO update: values and GAE with the current weights, then epochs of minibatches.
 
     ``micro_batch_tokens``: the most tokens (rows × padded length) one forward pass may hold;
-    None runs every minibatch in one pass."""
+    None runs every minibatch in one pass. ``measure_sampler_gap``: the episodes came from another
+    sampler; log ``sampler_kl`` and ``sampler_clip_frac`` even without ``is_correction``."""
     device, temperature = policy.device, trajs[0].temperature
     batch = {k: v.to(device) for k, v in pad_batch(trajs, policy.pad_id).items()}
     turns = {k: v.to(device) for k, v in turn_batch(trajs).items()}
@@ -122,6 +124,8 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
     if s.is_correction is not None:  # adds prox_logp and is_weight, (B, L-1)
         mismatch = correct_for_sampler(policy, batch, s.is_correction, s.is_cap, s.clip_coef, temperature,
                                        micro_batch_tokens)
+    elif measure_sampler_gap:  # the same numbers, the loss uncorrected
+        mismatch = measure_sampler(policy, batch, s.clip_coef, temperature, micro_batch_tokens)
     params = policy.trainable_parameters() + list(value_head.parameters())
     logs: dict[str, list[float]] = {}
     steps, stopped = 0, False
