@@ -70,9 +70,10 @@ test-unit: install qwen
 # Two notebooks at a time, each kernel on one thread (it inherits OMP_NUM_THREADS): the tiny model
 # keeps one thread busy, and a forward and backward pass give the same bits on one thread as on two,
 # so the notebooks' numbers do not change. --dist loadscope keeps a notebook's cells on one worker, in
-# order; notebooks/conftest.py queues the longest notebooks first.
+# order; notebooks/conftest.py queues the longest notebooks first. --durations lists the slowest cells,
+# which is where a notebook's time goes (notebooks/README.md).
 test-notebooks: install
-	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --nbval-lax notebooks
+	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --nbval-lax --durations=25 notebooks
 
 # The rendered course in build/book/html (docs/book.md): Sphinx with myst-nb renders the executed copies that
 # the nbval run above leaves in build/executed/ (notebooks/conftest.py), executing none of them again; a
