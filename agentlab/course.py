@@ -101,6 +101,28 @@ STUDENT_NOTE = """> **Student edition** (written by `make student`): the exercis
 """
 
 
+# a Markdown image whose file sits outside the notebooks' folder, e.g. ![GAE](../docs/images/gae_recursion.png)
+OUTSIDE_IMAGE = re.compile(r"(!\[[^\]]*\]\()(\.\./[^)\s]+\.(?:png|svg|jpg|jpeg|gif))(\))")
+
+
+def with_local_images(nb: dict, src: Path, out: Path) -> dict:
+    """Copy the images the notebook's Markdown shows from outside ``src`` into ``out/images`` and point the
+    links there: the handed-out folder has no ``docs/`` beside it, so those links would show nothing."""
+    def local(match: re.Match) -> str:
+        image = (src / match.group(2)).resolve()
+        if not image.is_file():
+            return match.group(0)  # a broken link stays as broken as it is in the course
+        (out / "images").mkdir(exist_ok=True)
+        shutil.copy2(image, out / "images" / image.name)
+        return f"{match.group(1)}images/{image.name}{match.group(3)}"
+
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            cell["source"] = OUTSIDE_IMAGE.sub(local, text).splitlines(keepends=True)
+    return nb
+
+
 def student_edition(src: str | Path = "notebooks", out: str | Path = "build/student") -> list[Path]:
     """Write the student edition of every notebook in ``src`` (and its README) into ``out``, which is
     emptied first; return the notebooks written. ``src/solutions`` is not copied."""
@@ -112,7 +134,7 @@ def student_edition(src: str | Path = "notebooks", out: str | Path = "build/stud
     out.mkdir(parents=True)
     written = []
     for path in sorted(src.glob("*.ipynb")):
-        nb = student_notebook(json.loads(path.read_text(encoding="utf-8")))
+        nb = with_local_images(student_notebook(json.loads(path.read_text(encoding="utf-8"))), src, out)
         target = out / path.name
         target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(target)

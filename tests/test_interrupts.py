@@ -72,7 +72,9 @@ def interrupt(cfg, phase: str, at: int) -> str:
     child = subprocess.run([sys.executable, "-c", INTERRUPTED_RUN, json.dumps(fields), phase, str(at)],
                            check=False, capture_output=True, text=True, timeout=300)
     print(child.stdout)  # pytest shows it where a test fails
-    assert child.returncode == -signal.SIGINT, child.stderr[-3000:]  # Python's exit on an uncaught KeyboardInterrupt
+    # An uncaught KeyboardInterrupt: Python ends the process with SIGINT where it can, with 130 where the
+    # signal does not end it, and with 1 on some hosts' `python -c`; the traceback's last line is what says why.
+    assert child.returncode != 0, child.stderr[-3000:]
     assert child.stderr.rstrip().endswith("KeyboardInterrupt"), child.stderr[-3000:]
     return child.stdout
 

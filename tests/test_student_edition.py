@@ -82,6 +82,15 @@ def test_every_course_notebook_is_handed_out_valid_and_clean(course_edition):
                 assert c.outputs == [], path.name
 
 
+def test_the_diagrams_travel_with_the_notebooks(course_edition):
+    out, written = course_edition
+    shown = [(path.name, link) for path in written for c in nbformat.read(path, as_version=4).cells
+             if c.cell_type == "markdown" for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", c.source)]
+    assert shown, "no notebook shows a diagram"
+    missing = [(name, link) for name, link in shown if not link.startswith("http") and not (out / link).is_file()]
+    assert not missing, f"images the student edition shows but does not ship: {missing}"
+
+
 def test_the_capstone_instructor_note_is_left_out(course_edition):
     out, _ = course_edition
     source = json.loads((NOTEBOOKS / "15_capstone.ipynb").read_text())
