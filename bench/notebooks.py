@@ -1,20 +1,30 @@
-"""The notebook suite: wall time and pass/fail of each notebook on the ``ci`` profile.
+"""The notebook suite: wall time and pass/fail of each notebook on one profile (``ci`` by default).
 
 Each notebook runs on its own under ``pytest --nbval-lax`` (the way ``make test-notebooks``
-runs them all), in a child process with ``AGENTLAB_PROFILE=ci``, so one slow or failing
+runs them all), in a child process with ``AGENTLAB_PROFILE`` set, so one slow or failing
 notebook shows up on its own row. The first notebook may also pay for building and warming
-the cached tiny policy, if nothing has built it yet.
+the cached policies, if nothing has built them yet.
+
+The whole course on another profile, one row per notebook as it finishes (``make course PROFILE=cpu``):
+
+    python -m bench.notebooks --profile real-cpu --resume     # runs/course-real-cpu.jsonl and .md
+
+``--resume`` keeps the notebooks already in the JSON-lines file, so a run of hours that was stopped
+goes on where it stopped. Each notebook run in full also leaves its executed copy in build/executed/
+(notebooks/conftest.py), from which ``make book PROFILE=...`` renders that profile's edition.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.common import progress, table
+from bench.common import jsonl_rows, progress, table
 
 ROOT = Path(__file__).resolve().parent.parent
 PATTERN = "notebooks/*.ipynb"
@@ -31,10 +41,10 @@ def is_summary(line: str) -> bool:
     return " in " in line and any(word in line for word in ("passed", "failed", "error", "skipped"))
 
 
-def run_notebook(path: Path, timeout_s: float = TIMEOUT_S) -> dict:
+def run_notebook(path: Path, timeout_s: float = TIMEOUT_S, profile: str = "ci") -> dict:
     """``pytest --nbval-lax`` on one notebook; seconds, passed, and pytest's summary line."""
     cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider", str(path.relative_to(ROOT))]
-    env = {**os.environ, "AGENTLAB_PROFILE": "ci"}
+    env = {**os.environ, "AGENTLAB_PROFILE": profile}
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -44,29 +54,65 @@ def run_notebook(path: Path, timeout_s: float = TIMEOUT_S) -> dict:
     seconds = time.perf_counter() - start
     lines = [line.strip("= ") for line in output.strip().splitlines() if line.strip()]
     summary = next((line for line in reversed(lines) if is_summary(line)), lines[-1] if lines else "")
-    return {"notebook": path.name, "seconds": seconds, "passed": returncode == 0, "summary": summary,
-            "output": output}
+    return {"notebook": path.name, "profile": profile, "seconds": seconds, "passed": returncode == 0,
+            "summary": summary, "output": output}
 
 
-def run(quick: bool = False, pattern: str = PATTERN) -> str:
-    """Time every notebook, and return the RESULTS.md section (``quick`` changes nothing here)."""
+def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: str | None = None,
+        resume: bool = False, timeout_s: float = TIMEOUT_S) -> str:
+    """Time every notebook on ``profile`` and return the RESULTS.md section (``quick`` changes nothing here).
+    ``out``: a JSON-lines file that gets each notebook's row as it finishes; ``resume`` keeps its rows and
+    runs only the notebooks it lacks."""
     notebooks = find_notebooks(pattern)
     if not notebooks:
         return f"No notebook matches `{pattern}`."
+    path_out, done = jsonl_rows(out, resume) if out else (None, [])
+    finished = {r["notebook"]: r for r in done if r.get("profile", profile) == profile}
     results = []
-    for path in progress(notebooks, "notebooks"):
-        r = run_notebook(path)
+    for path in progress(notebooks, f"notebooks on {profile}"):
+        r = finished.get(path.name)
+        if r is None:
+            r = run_notebook(path, timeout_s, profile)
+            if path_out is not None:
+                with path_out.open("a") as f:
+                    f.write(json.dumps({**r, "output": r["output"][-3000:]}) + "\n")
         print(f"  {r['notebook']}: {r['seconds']:.0f} s, {'passed' if r['passed'] else 'FAILED'}", flush=True)
         results.append(r)
+    return report(results, pattern, profile)
+
+
+def report(results: list[dict], pattern: str, profile: str) -> str:
+    """The markdown section: one row per notebook, the total, and the end of each failed notebook's output."""
     total = sum(r["seconds"] for r in results)
     n_passed = sum(r["passed"] for r in results)
     rows = [[f"`{r['notebook']}`", r["seconds"], "pass" if r["passed"] else "**FAIL**", r["summary"]]
             for r in results]
     rows.append(["**total**", total, f"{n_passed}/{len(results)} passed", ""])
-    body = [f"Each notebook matching `{pattern}` under `pytest --nbval-lax` with `AGENTLAB_PROFILE=ci`, one "
+    body = [f"Each notebook matching `{pattern}` under `pytest --nbval-lax` with `AGENTLAB_PROFILE={profile}`, one "
             "process per notebook (wall seconds, pytest start-up included).", "",
             table(["notebook", "seconds", "result", "pytest summary"], rows)]
     for r in results:
         if not r["passed"]:
             body += ["", f"End of the output of `{r['notebook']}`:", "", "```", r["output"][-3000:].strip(), "```"]
     return "\n".join(body)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run every notebook on one profile; a table of pass/fail and time.")
+    parser.add_argument("--profile", default="ci", choices=["ci", "cpu", "real-cpu", "gpu"])
+    parser.add_argument("--notebooks", default=PATTERN, help=f"glob, relative to the repository (default {PATTERN})")
+    parser.add_argument("--out", default=None, help="JSON-lines rows (default runs/course-<profile>.jsonl); "
+                                                    "the table goes beside it as .md")
+    parser.add_argument("--resume", action="store_true", help="keep the notebooks already in --out, run the rest")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per notebook (default %(default)s)")
+    args = parser.parse_args(argv)
+    out = Path(args.out or ROOT / "runs" / f"course-{args.profile}.jsonl")
+    section = run(pattern=args.notebooks, profile=args.profile, out=str(out), resume=args.resume,
+                  timeout_s=args.timeout)
+    out.with_suffix(".md").write_text(section + "\n")
+    print(section)
+    print(f"\nrows: {out}; table: {out.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -47,3 +47,34 @@ def test_humaneval_single_turn_counts_only_a_first_answer_that_passes():
     text = report("qwen2.5-coder-0.5b", [at_once, after_run, after_refusal, wrong, mixed], 640, 60.0)
     assert "0.200 [0.04, 0.62] (1/5)" in text and "0.600" in text and "0.616" in text
     assert "at top level: 1, of which the check passes 1" in text
+
+
+def test_the_course_on_a_profile_writes_a_row_per_notebook_and_resumes(tmp_path, monkeypatch):
+    """`make course PROFILE=...`: each notebook's row is written as it finishes, on the profile asked for,
+    and a resumed run skips the notebooks the file already holds."""
+    import json
+
+    import bench.notebooks as course
+
+    ran = []
+
+    def fake(path, timeout_s, profile):
+        ran.append(path.name)
+        return {"notebook": path.name, "profile": profile, "seconds": 60.0, "passed": path.name != "01_b.ipynb",
+                "summary": "1 failed" if path.name == "01_b.ipynb" else "3 passed", "output": "x" * 5000}
+
+    books = [tmp_path / name for name in ("00_a.ipynb", "01_b.ipynb", "02_c.ipynb")]
+    monkeypatch.setattr(course, "find_notebooks", lambda pattern: books)
+    monkeypatch.setattr(course, "run_notebook", fake)
+    out = tmp_path / "course-cpu.jsonl"
+    monkeypatch.setattr(course, "find_notebooks", lambda pattern: books[:2])  # stopped after two notebooks
+    course.run(profile="cpu", out=str(out))
+    monkeypatch.setattr(course, "find_notebooks", lambda pattern: books)
+    text = course.run(profile="cpu", out=str(out), resume=True)
+    assert ran == ["00_a.ipynb", "01_b.ipynb", "02_c.ipynb"]  # none twice
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["notebook"] for r in rows] == ran and {r["profile"] for r in rows} == {"cpu"}
+    assert all(len(r["output"]) <= 3000 for r in rows)
+    assert "AGENTLAB_PROFILE=cpu" in text and "2/3 passed" in text and "**FAIL**" in text
+    course.run(profile="cpu", out=str(out))  # without resume the file starts over
+    assert len(out.read_text().splitlines()) == 3 and len(ran) == 6
