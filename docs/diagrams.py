@@ -5,6 +5,7 @@
     grpo_group.png          a GRPO group: G episodes of one task, their rewards and advantages
     gae_recursion.png       GAE over turns: δ_t from rewards and values, A_t summed back from the end
     lora_update.png         LoRA: a frozen W plus the low-rank product B·A, and what each costs
+    failure_signatures.png  each failure mode the course trains into being, by the logged numbers that give it away
 
 Each figure is computed from the library where there is something to compute (the GuessNumber
 expert's episode, `group_advantages`, `gae`), so the pictures and the code cannot disagree. The
@@ -222,8 +223,49 @@ def lora_update(path: Path) -> None:
     plt.close(fig)
 
 
+# What each failure mode does to the logged numbers, as the notebooks' asserts check it on their own runs
+# (an arrow is an assert there; a blank is a number that section does not check). Keep in step with them.
+SIGNATURES = {
+    "shortcut\n(03 §6)": {"reward": "↑", "success": "–", "tell": "reads ↓"},
+    "reward hacking\n(08 §5)": {"reward": "≫ success", "success": "–", "Self-BLEU": "↑", "tell": "distinct\nprograms ↓"},
+    "learning rate too large\n(10 §1)": {"success": "–", "invalid actions": "↑", "KL to reference": "↑",
+                                          "entropy": "↑", "equal-reward groups": "↑", "tell": "kl_spike alarm"},
+    "entropy collapse\n(10 §2)": {"reward": "↑", "success": "↓", "entropy": "↓", "Self-BLEU": "↑",
+                                   "tell": "repeats ↑"},
+}
+SIGNATURE_COLUMNS = ["reward", "success", "invalid actions", "KL to reference", "entropy", "Self-BLEU",
+                     "equal-reward groups", "tell"]
+
+
+def failure_signatures(path: Path) -> None:
+    rows = list(SIGNATURES)
+    fig, ax = plt.subplots(figsize=(11.5, 3.9))
+    colours = {"↑": "#fdae6b", "↓": "#9ecae1", "–": "#e0e0e0"}
+    for r, mode in enumerate(rows):
+        y = len(rows) - 1 - r
+        ax.text(-0.6, y, mode, ha="right", va="center", fontsize=9.5)
+        for c, column in enumerate(SIGNATURE_COLUMNS):
+            mark = SIGNATURES[mode].get(column, "")
+            width = 1.6 if column == "tell" else 0.9
+            x = c + (0.35 if column == "tell" else 0)
+            face = colours.get(mark, "#dfeee0" if mark else "white")
+            ax.add_patch(Rectangle((x - width / 2, y - 0.42), width, 0.84, fc=face, ec="#999", lw=0.6))
+            ax.text(x, y, mark, ha="center", va="center", fontsize=15 if len(mark) == 1 else 8.5)
+    for c, column in enumerate(SIGNATURE_COLUMNS):
+        ax.text(c + (0.35 if column == "tell" else 0), len(rows) - 0.3, column, ha="center", va="bottom",
+                fontsize=8.5, rotation=0 if len(column) < 10 else 12)
+    ax.set_xlim(-3.0, len(SIGNATURE_COLUMNS) + 0.4)
+    ax.set_ylim(-0.6, len(rows) + 0.3)
+    ax.axis("off")
+    ax.set_title("Failure modes by the numbers that give them away: ↑ rose, ↓ fell, – did not rise "
+                 "(each mark is an assert of that section; blank: not checked there)", fontsize=9.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
 FIGURES = {"agent_env_loop": agent_env_loop, "trajectory_tokens": trajectory_tokens, "grpo_group": grpo_group,
-           "gae_recursion": gae_recursion, "lora_update": lora_update}
+           "gae_recursion": gae_recursion, "lora_update": lora_update, "failure_signatures": failure_signatures}
 
 
 def main(names: list[str]) -> None:
