@@ -28,7 +28,8 @@ CHAPTERS = sorted(p for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
 # the teaching docs first, then every other page of docs/, then the benchmarks
 FIRST = ["docs/syllabus.md", "docs/reading.md", "docs/capstone.md", "docs/guide.md", "docs/design.md"]
 DOCS = [*FIRST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")
-                        if str(p.relative_to(ROOT)) not in FIRST), "bench/README.md", "bench/RESULTS.md"]
+                        if str(p.relative_to(ROOT)) not in FIRST), "bench/README.md", "bench/RESULTS.md",
+        "bench/NOTES.md"]
 IMAGES = ["docs/images/*.png", "bench/*.png"]
 
 
