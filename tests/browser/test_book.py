@@ -15,13 +15,13 @@ import functools
 import http.server
 import os
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
+from test_widgets_browser import _wait as wait_for
 from test_widgets_browser import browser  # noqa: F401 - the same headless Chromium fixture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,19 +72,7 @@ def site():
 
 
 def _wait(driver, what: str, predicate, timeout: float = LOAD_S):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            value = predicate()
-        except Exception:  # noqa: BLE001 - the page is still loading; try again
-            value = None
-        if value:
-            return value
-        time.sleep(0.25)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SCREENSHOTS / "failure.png"))
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} on {driver.current_url} "
-                f"(screenshot: {SCREENSHOTS / 'failure.png'})")
+    return wait_for(driver, what, predicate, timeout, shot=SCREENSHOTS / "failure.png")
 
 
 def _status(url: str) -> int:

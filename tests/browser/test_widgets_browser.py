@@ -127,7 +127,8 @@ def browser(tmp_path):
         driver.quit()
 
 
-def _wait(driver, what: str, predicate, timeout: float, lab=None):
+def _wait(driver, what: str, predicate, timeout: float, lab=None, shot: Path | None = None):
+    """``predicate()``'s first truthy value within ``timeout`` s; else a failure with a screenshot (``shot``)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -137,10 +138,12 @@ def _wait(driver, what: str, predicate, timeout: float, lab=None):
         if value:
             return value
         time.sleep(0.5)
-    shot = Path(tempfile.gettempdir()) / "agentlab-browser-failure.png"
+    shot = shot or Path(tempfile.gettempdir()) / "agentlab-browser-failure.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(shot))
     tail = lab["log"].read_text()[-2000:] if lab else ""
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (screenshot: {shot})\n{tail}")
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} on {driver.current_url} "
+                f"(screenshot: {shot})\n{tail}")
 
 
 def _js(driver, script: str, *args):
