@@ -233,6 +233,9 @@ class Policy:
         # Worth it on a real model, whose prompts are most of an episode's tokens; off by default,
         # since batching rows differently moves the last digits of the logits (`shared_prompts`).
         self.share_prompts = False
+        # The run folders whose updates these weights hold, so that `train` can tell a fresh policy from one a
+        # cell run earlier already trained (a learner re-running the cell would otherwise train it further).
+        self.trained_in: list[str] = []
 
     @property
     def device(self) -> torch.device:

@@ -574,6 +574,15 @@ def sampler_warning(update: int, stats: dict, cfg: TrainConfig, streak: int) -> 
     return far
 
 
+def warn_trained_again(policy: Policy, out_dir: Path) -> None:
+    """Warn that a fresh run starts from weights earlier `train` calls moved: in a notebook, the training cell
+    run a second time, whose results then differ from the first time's."""
+    warnings.warn(f"this policy already holds the updates of an earlier train() call ({', '.join(policy.trained_in)}), "
+                  f"so the run into {out_dir} continues from those weights, not from where the first run started "
+                  "(a training cell run twice?). For the same result every time, load a fresh policy in the same "
+                  "cell: policy = load_training_policy(cfg)", stacklevel=3)
+
+
 # ---------------------------------------------------------------------------- the loop
 
 def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resume: bool = False,
@@ -606,6 +615,8 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
         params = params + list(value_head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     start = load_checkpoint(ckpt, policy, optimizer, value_head) if ckpt is not None else 0
+    if start == 0 and policy.trained_in:
+        warn_trained_again(policy, out_dir)
     if start == 0:
         for name in ("metrics.jsonl", "eval.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
@@ -651,6 +662,8 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
             batch = trajs + retries
             t1 = time.perf_counter()
             in_memory = None  # the gradient steps change the policy: from here only a checkpoint holds a whole update
+            if str(out_dir) not in policy.trained_in:
+                policy.trained_in.append(str(out_dir))
             if cfg.gradient_checkpointing:
                 policy.model.train()  # transformers checkpoints layers in training mode only
             if cfg.algo == "grpo":

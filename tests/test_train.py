@@ -229,6 +229,28 @@ def test_nan_losses_in_a_row_stop_with_a_clear_message(tmp_path, warm_path, monk
         fit(small(tmp_path, "nan3", policy=str(warm_path), updates=5, max_bad_updates=3), progress=False)
 
 
+def test_a_policy_an_earlier_run_trained_is_named_and_a_fresh_one_repeats_the_run(tmp_path, warm_path):
+    """A training cell run twice: handed the policy the first run moved, train warns; a fresh policy
+    loaded from the same config gives the first run's metrics again."""
+    import warnings
+
+    first_cfg = small(tmp_path, "first", policy=str(warm_path), updates=1)
+    policy = load_training_policy(first_cfg)
+    first = train(first_cfg, policy, progress=False)
+    assert policy.trained_in == [str(tmp_path / "first")]
+    with pytest.warns(UserWarning, match=r"already holds the updates of an earlier train\(\) call .*first.*"
+                                         r"load_training_policy\(cfg\)"):
+        train(dataclasses.replace(first_cfg, name="again", out_dir=str(tmp_path / "again")), policy, progress=False)
+    clock = ("seconds_rollout", "seconds_update", "tokens_per_s")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh = train(dataclasses.replace(first_cfg, name="fresh", out_dir=str(tmp_path / "fresh")),
+                      load_training_policy(first_cfg), progress=False)
+    assert not [w for w in caught if "earlier train() call" in str(w.message)]  # a fresh policy gets no warning
+    assert [{k: v for k, v in r.items() if k not in clock} for r in fresh.history] == \
+        [{k: v for k, v in r.items() if k not in clock} for r in first.history]
+
+
 def test_kl_above_max_kl_warns_then_stops(tmp_path, warm_path):
     """Every update moves the policy from the reference (kl > 0), so max_kl=0 flags each one."""
     cfg = small(tmp_path, "kl", policy=str(warm_path), updates=5, max_kl=0.0, max_bad_updates=2)

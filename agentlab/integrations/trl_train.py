@@ -141,6 +141,9 @@ def build_trainer(run: TRLRun, callbacks: list | None = None):
                          f"--env {run.env_id} --grpo.advantage {run.advantage}")
     device = device_for(run)
     lora = LoraSettings(r=run.lora_r, alpha=2 * run.lora_r) if run.lora_r > 0 else None
+    # the adapter's first weights are drawn here, before GRPOTrainer seeds anything: seeded by the run, so that
+    # the same run (a notebook cell run again included) starts from the same policy
+    torch.manual_seed(run.seed)
     policy = load_policy(model_source(run), quantization=run.quantization, lora=lora, device=device)
     policy.tokenizer.padding_side = "left"  # TRL left-pads prompts
     dataset = build_dataset(run.env_id, split=run.split, limit=run.limit, difficulty=run.difficulty)
