@@ -159,6 +159,11 @@ def plot_run(history: list[dict], evals: list[dict], path: Path) -> Path:
     ax2.legend()
     ax3.plot(ups, [h["invalid_rate"] for h in history], label="invalid actions (sampled)")
     ax3.plot(ups, [h.get("kl", 0.0) for h in history], label="KL to the reference (per token)")
+    # only a run with a cheaper sampler or is_correction logs these; others keep the plot they had
+    for key, label in [("sampler_kl", "KL(sampler ‖ trainer) (per token)"),
+                       ("sampler_clip_frac", "sampled tokens outside the clip range")]:
+        if any(key in h for h in history):
+            ax3.plot(ups, [h.get(key, float("nan")) for h in history], label=label)
     ax3.set(xlabel="update", title="health")
     ax3.legend()
     fig.tight_layout()

@@ -740,9 +740,13 @@ PANELS = [
     ("actions (share)", ["action/", "invalid_rate"], None),
     ("step-level success", ["step/"], None),
     ("entropy (nats/token)", ["entropy"], "entropy_collapse"),
-    ("KL", ["approx_kl", "kl", "sampler_kl"], "kl_spike"),  # sampler_kl: only with an is_correction
+    ("KL", ["approx_kl", "kl", "sampler_kl"], "kl_spike"),  # sampler_kl: only with a cheaper sampler or is_correction
     ("zero-variance groups", ["zero_var_frac"], None),
     ("Self-BLEU", ["self_bleu"], "diversity_collapse"),
+]
+# Drawn only once one of their metrics is logged: most runs sample from the trainer and would show an empty panel.
+OPTIONAL_PANELS = [
+    ("sampler mismatch (share of tokens)", ["sampler_clip_frac", "is_capped_frac"], None),
 ]
 
 
@@ -870,6 +874,10 @@ class TrainingDashboard(_Shown):
             out.update({k: self._history[k] for k in names if k in self._history})
         return out
 
+    def _panels(self) -> list[tuple]:
+        """`PANELS`, then each of `OPTIONAL_PANELS` that has a logged metric."""
+        return PANELS + [panel for panel in OPTIONAL_PANELS if self._series(panel[1])]
+
     def _alarm_html(self, active: Sequence[str]) -> str:
         badges = []
         for name, (label, why) in ALARMS.items():
@@ -892,7 +900,7 @@ class TrainingDashboard(_Shown):
     def to_html(self) -> str:
         active = self.alarms
         panels = "".join(_svg_panel(title, self._updates, self._series(keys), alarm in active if alarm else False)
-                         for title, keys, alarm in PANELS)
+                         for title, keys, alarm in self._panels())
         return (f"<div class='al-dashboard'><div>{self._status_html()}</div>"
                 f"<div style='margin:4px 0'>{self._alarm_html(active)}</div>"
                 f"<div style='display:flex;flex-wrap:wrap'>{panels}</div></div>")
@@ -904,16 +912,19 @@ class TrainingDashboard(_Shown):
         self.alarm_view.value = self._alarm_html(active)
         self.panels.value = ("<div style='display:flex;flex-wrap:wrap'>" + "".join(
             _svg_panel(title, self._updates, self._series(keys), alarm in active if alarm else False)
-            for title, keys, alarm in PANELS) + "</div>")
+            for title, keys, alarm in self._panels()) + "</div>")
         self._last_draw = time.perf_counter()
         self.draw_seconds += self._last_draw - start
         self.draws += 1
 
     def figure(self) -> Figure:
         """The same panels as a matplotlib Figure (for static output and saved reports)."""
-        fig = Figure(figsize=(14, 5.2))
+        panels = self._panels()
+        cols = math.ceil(len(panels) / 2)
+        fig = Figure(figsize=(2.8 * cols, 5.2))
         active = self.alarms
-        for ax, (title, keys, alarm) in zip(fig.subplots(2, 5).flat, PANELS):
+        for i, (title, keys, alarm) in enumerate(panels):
+            ax = fig.add_subplot(2, cols, i + 1)
             series = self._series(keys)
             for k, (name, ys) in enumerate(series.items()):
                 ax.plot(self._updates, ys, color=PALETTE[k % len(PALETTE)], label=name.split("/")[-1], linewidth=1.2)

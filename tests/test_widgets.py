@@ -263,3 +263,27 @@ def test_dashboard_throttles_redraws():
     dash.update(6, {"success_rate": 0.7})
     dash.close()
     assert "update 6" in dash.status.value
+
+
+def test_dashboard_shows_the_sampler_mismatch_panel_only_once_it_is_logged():
+    """A run that samples from the trainer logs no sampler_clip_frac: no extra panel, the usual ten."""
+    dash = TrainingDashboard(min_interval=0.0)
+    title = "sampler mismatch (share of tokens)"
+    for u in range(3):
+        dash(u, {"success_rate": 0.1 * u, "approx_kl": 0.01})
+    assert dash.panels.value.count("<svg") == 10 and title not in dash.panels.value
+    assert len(dash.figure().axes) == 10
+    fed = {3: (0.25, 0.02), 4: (0.5, 0.0), 5: (0.125, 0.0625)}  # update: (sampler_clip_frac, is_capped_frac)
+    for u, (clip, capped) in fed.items():
+        dash(u, {"success_rate": 0.5, "sampler_kl": 0.01, "sampler_clip_frac": clip, "is_capped_frac": capped})
+    assert dash.panels.value.count("<svg") == 11 and title in dash.panels.value and title in dash.to_html()
+    assert "sampler_clip_frac 0.125" in dash.panels.value  # the last value, beside its curve
+    fig = dash.figure()
+    ax = next(ax for ax in fig.axes if ax.get_title() == title)
+    lines = {line.get_label(): line for line in ax.lines}
+    assert set(lines) == {"sampler_clip_frac", "is_capped_frac"}
+    assert list(lines["sampler_clip_frac"].get_xdata()) == list(range(6))
+    ys = lines["sampler_clip_frac"].get_ydata()
+    assert all(math.isnan(y) for y in ys[:3])  # updates before the sampler metrics came: gaps, not zeros
+    assert list(ys[3:]) == [clip for clip, _ in fed.values()]
+    assert list(lines["is_capped_frac"].get_ydata()[3:]) == [capped for _, capped in fed.values()]
