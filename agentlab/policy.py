@@ -295,11 +295,16 @@ class Policy:
         return self.model(input_ids=ids, attention_mask=attention_mask, position_ids=pos, output_hidden_states=hidden,
                           **model_kwargs)
 
-    def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool = False,
+    def score(self, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0, entropy: bool | str = False,
               hidden: bool = False, only: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One teacher-forced pass over ids (B, L). Returns ``logp`` (B, L-1): log p(ids[:, t+1] | ids[:, :t+1])
-        at ``temperature``; with ``entropy`` the entropy of each of those distributions (B, L-1); with
-        ``hidden`` the last layer's hidden states (B, L, H) for a value head.
+        at ``temperature``; with ``entropy`` the entropy of each of those distributions (B, L-1), and with
+        ``entropy="logged"`` the same numbers outside the autograd graph; with ``hidden`` the last layer's
+        hidden states (B, L, H) for a value head.
+
+        ``"logged"`` is for a loss that only reports the entropy (an entropy bonus of 0): in the graph, its
+        vocabulary-sized intermediates (several per scored token) would be kept, and differentiated, for a
+        gradient of zero.
 
         ``only`` (B, L-1), e.g. the loss mask: compute the distribution over the vocabulary at these
         positions alone and return 0 elsewhere. The projection to the vocabulary and its softmax are
@@ -312,7 +317,7 @@ class Policy:
             logp_all = F.log_softmax(logits, dim=-1)
             result = {"logp": logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)}  # (B, L-1)
             if entropy:
-                result["entropy"] = entropy_from_logp(logp_all)  # (B, L-1)
+                result["entropy"] = entropy_from_logp(logp_all if entropy is True else logp_all.detach())  # (B, L-1)
             if only is not None:
                 result = {k: v * only for k, v in result.items()}
         else:
@@ -327,7 +332,7 @@ class Policy:
             spread = lambda v: torch.zeros(where.shape, dtype=v.dtype, device=v.device).masked_scatter(where, v)  # noqa: E731
             result = {"logp": spread(logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1))}  # (B, L-1)
             if entropy:
-                result["entropy"] = spread(entropy_from_logp(logp_all))  # (B, L-1)
+                result["entropy"] = spread(entropy_from_logp(logp_all if entropy is True else logp_all.detach()))
             if hidden:
                 result["hidden"] = last
             return result

@@ -78,3 +78,59 @@ def test_the_course_on_a_profile_writes_a_row_per_notebook_and_resumes(tmp_path,
     assert "AGENTLAB_PROFILE=cpu" in text and "2/3 passed" in text and "**FAIL**" in text
     course.run(profile="cpu", out=str(out))  # without resume the file starts over
     assert len(out.read_text().splitlines()) == 3 and len(ran) == 6
+
+
+def test_phase_limits_match_hand_arithmetic():
+    """bench.phases: a pass's FLOP, a decode step's FLOP and bytes, and which of the two sets the limit."""
+    from bench.phases import bound_by, decode_step_work, limit_s, pass_flops
+
+    assert pass_flops(1000, 200, tokens=50, scored=10) == 2 * (1000 * 50 + 200 * 10) == 104_000
+    flops, nbytes = decode_step_work(1000, 200, weight_bytes=4800, kv_bytes=64, rows=4, attended=100)
+    assert (flops, nbytes) == (2 * 1200 * 4, 4800 + 64 * 100) == (9600, 11_200)
+    # SmolLM2-sized: 135 M float32 weights, 8 rows, 20 GB/s and 100 GFLOP/s: reading 540 MB takes 27 ms,
+    # the 2.16 GFLOP 21.6 ms, so a decode step is bound by memory at 27 ms
+    flops, nbytes = decode_step_work(107_000_000, 28_000_000, 540_000_000, kv_bytes=0, rows=8, attended=0)
+    assert flops == 2.16e9 and abs(limit_s(flops, nbytes, 100.0, 20.0) - 0.027) < 1e-12
+    assert bound_by(flops, nbytes, 100.0, 20.0) == "memory"
+    # a scoring pass of 4,096 tokens through the same body, 512 scored: 0.905 TFLOP, 9.05 s at 100 GFLOP/s
+    flops = pass_flops(107_000_000, 28_000_000, 4096, 512)
+    assert flops == 2 * (107e6 * 4096 + 28e6 * 512) and abs(limit_s(flops, 0, 100.0, 20.0) - 9.05216) < 1e-9
+    assert bound_by(flops, 540e6, 100.0, 20.0) == "compute"
+
+
+def test_phase_tokens_count_a_shared_prompt_once():
+    """A scoring pass reads a group's shared prompt once when the policy shares prompts (as `Policy.score`)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from bench.phases import tokens_read
+
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8, 0], [9, 2, 3, 4, 5, 6]])  # rows 0 and 1 share [1, 2]
+    attn = torch.tensor([[1] * 6, [1] * 5 + [0], [1] * 6])
+    only = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]])  # scoring starts at position 2
+    assert tokens_read(SimpleNamespace(share_prompts=False), ids, attn, only) == 17
+    assert tokens_read(SimpleNamespace(share_prompts=True), ids, attn, only) == 2 + 2 + 4 + 3 + 4 == 15
+
+
+def test_phases_bench_runs_on_the_tiny_policy(tmp_path):
+    """`python -m bench.phases --model tiny --quick` end to end: a row per phase, each against a limit
+    that the model's sizes (checked against its config) and the measured machine give."""
+    import json
+
+    from bench.phases import run
+
+    out = tmp_path / "phases.jsonl"
+    text = run(quick=True, model="tiny", json_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["phase"][:2] for r in rows] == ["1.", "1b", "2.", "3.", "4."]
+    for r in rows:
+        assert r["phase"] in text and r["s"] > 0 and r["limit_s"] > 0
+        assert abs(r["ratio"] - r["s"] / r["limit_s"]) < 1e-9 and r["goal_met"] == (r["ratio"] <= 1.5)
+    # the tiny config: hidden 96, intermediate 256, 3 layers of 4 heads (4 for K and V) of 24, vocabulary 1024, tied
+    layer = 4 * 96 * 96 + 3 * 96 * 256 + 2 * 96  # attention, MLP, two norms
+    lora = 8 * (4 * (96 + 96) + 2 * (96 + 256) + (256 + 96))  # r=8 on q, k, v, o, gate, up, down
+    r = rows[0]
+    assert (r["n_body"] - r["n_lora"], r["n_lora"], r["n_head"]) == (3 * layer + 96, 3 * lora, 1024 * 96)
+    assert r["weight_bytes"] == 4 * (r["n_body"] + r["n_head"]) and r["kv_bytes"] == 2 * 3 * 4 * 24 * 4
+    assert r["gbps"] > 0 and r["gflops"] > 0 and r["threads"] >= 1

@@ -163,6 +163,29 @@ def test_scoring_only_the_action_positions_changes_nothing_there(tiny_path, quan
     assert torch.allclose(grads[0], grads[1], atol=1e-5)
 
 
+@pytest.mark.parametrize("only", [False, True])
+def test_a_logged_entropy_is_the_same_number_outside_the_graph(tiny_path, only):
+    """``entropy="logged"`` (a loss without an entropy bonus) gives the entropy ``entropy=True`` gives,
+    with no gradient path, and leaves the gradient of a loss that weighs the entropy by 0 unchanged."""
+    policy = load_policy(str(tiny_path), lora=LoraSettings(r=4))
+    nudge_adapter(policy)
+    ids = torch.tensor([policy.prompt_ids("sys", "guess") + policy.encode("guess(8)")])
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(1, ids.shape[1] - 1)
+    mask[0, -4:] = 1
+    kept = mask if only else None
+    results, grads = [], []
+    for entropy in (True, "logged"):
+        out = policy.score(ids, attn, temperature=0.7, entropy=entropy, only=kept)
+        policy.model.zero_grad()
+        (-(out["logp"] * mask).sum() - 0.0 * (out["entropy"] * mask).sum()).backward()
+        results.append(out["entropy"].detach())
+        grads.append(adapter_grad(policy))
+        assert out["entropy"].requires_grad == (entropy is True)
+    assert torch.equal(results[0], results[1]) and results[0][0, -1] > 0
+    assert torch.equal(grads[0], grads[1])
+
+
 def test_error_missing_folder():
     with pytest.raises(PolicyLoadError, match="does not exist"):
         load_policy("./no/such/model")

@@ -167,7 +167,10 @@ def update(policy, optimizer, trajs: list[Trajectory], rewards: torch.Tensor, gr
             for _, part in micro_batches(batch, mb, micro_batch_tokens):
                 m = part["loss_mask"]
                 w = share(m, mask[mb])  # this micro-batch's share of the minibatch's action tokens
-                out = policy.score(part["ids"], part["attn"], temperature, entropy=True, only=m)
+                # without an entropy bonus the entropy is only logged: kept out of the graph, which saves the update
+                # allocating and differentiating vocabulary-sized tensors (bench/RESULTS.md, "Each phase of an update")
+                out = policy.score(part["ids"], part["attn"], temperature, entropy=True if s.ent_coef else "logged",
+                                   only=m)
                 centre_logp = part.get("prox_logp", part["old_logp"])  # the clip range's centre: π_prox or π_old
                 pg_loss, stats = clipped_surrogate(out["logp"], centre_logp, part["adv"], m, s.clip_coef,
                                                    part.get("is_weight"))

@@ -137,7 +137,8 @@ def update(policy, optimizer, trajs: list[Trajectory], s: PPOSettings, value_hea
             for rows, part in micro_batches(batch, mb, micro_batch_tokens):
                 m, tm = part["loss_mask"], turns["mask"][rows].float()
                 w, wv = share(m, mask[mb]), share(tm, turns["mask"][mb])  # of the minibatch's action tokens, turns
-                out = policy.score(part["ids"], part["attn"], temperature, entropy=True, hidden=True, only=m)
+                out = policy.score(part["ids"], part["attn"], temperature, entropy=True if s.ent_coef else "logged",
+                                   hidden=True, only=m)  # entropy in the graph only for a bonus, as in GRPO
                 centre_logp = part.get("prox_logp", part["old_logp"])  # the clip range's centre: π_prox or π_old
                 pg_loss, stats = clipped_surrogate(out["logp"], centre_logp, part["adv"], m, s.clip_coef,
                                                    part.get("is_weight"))
