@@ -19,8 +19,8 @@ from nbval.plugin import IPyNbCell
 # thread): started last, such a build kept one worker busy while the other waited. 10 trains six
 # GuessNumber runs and builds a warm-up of its own since its §2 trained the collapse (11 minutes alone on one thread).
 # 07b builds SmolLM2's SQL warm-up and trains it: 396 s and 192 s under make test from a clean clone.
-LONGEST_FIRST = ["04_returns_and_gae", "07b_a_real_model_on_your_laptop", "03_rewards", "08_verifiable_rewards",
-                 "10_failure_modes_lab", "14_real_tasks", "06_grpo", "05_ppo_with_a_critic", "00_setup_and_tour"]
+LONGEST_FIRST = ["04_returns_and_gae", "07b_a_real_model_on_your_laptop", "10_failure_modes_lab", "03_rewards",
+                 "08_verifiable_rewards", "14_real_tasks", "06_grpo", "05_ppo_with_a_critic", "00_setup_and_tour"]
 
 
 def pytest_collection_modifyitems(items):
