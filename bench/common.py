@@ -134,23 +134,33 @@ def interleaved(sides: dict[str, Callable[[], object]], n_repeats: int) -> dict[
 class ForwardClock:
     """Seconds a model spends in forward passes that read several new tokens per row (a prompt or
     a history: "prefill") and one token per row (sampling: "decode"), from hooks on its outermost
-    module. Use as ``with ForwardClock(model) as clock: ...`` and read ``clock.prefill_s``."""
+    module. Use as ``with ForwardClock(model) as clock: ...`` and read ``clock.prefill_s``.
+    ``clock.passes`` has every pass: seconds, rows, width, new real tokens and positions attended to
+    (cached and new)."""
 
     def __init__(self, model: torch.nn.Module):
         model = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
         self.model, self.prefill_s, self.decode_s, self.prefill_tokens = model, 0.0, 0.0, 0
-        self._start, self._width, self._handles = 0.0, 0, []
+        self.passes: list[dict] = []
+        self._start, self._now, self._handles = 0.0, {}, []
 
     def _before(self, _module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        self._width = 0 if ids is None else ids.shape[1]
-        if self._width > 1:
-            self.prefill_tokens += ids.numel()
+        ids = kwargs.get("input_ids", args[0] if args else None)  # (B, C) the new chunk
+        mask = kwargs.get("attention_mask")  # (B, cached + C) 1 on real positions
+        if ids is None:
+            self._now = {"rows": 0, "width": 0, "new": 0, "attended": 0}
+        else:
+            mask = torch.ones_like(ids) if mask is None else mask
+            self._now = {"rows": ids.shape[0], "width": ids.shape[1], "new": int(mask[:, -ids.shape[1]:].sum()),
+                         "attended": int(mask.sum())}
+            if ids.shape[1] > 1:
+                self.prefill_tokens += ids.numel()
         self._start = time.perf_counter()
 
     def _after(self, *_):
         dt = time.perf_counter() - self._start
-        if self._width > 1:
+        self.passes.append({**self._now, "s": dt})
+        if self._now["width"] > 1:
             self.prefill_s += dt
         else:
             self.decode_s += dt

@@ -48,8 +48,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bench.common import (SEED, SMOLLM2, bench_policy, fixed_length_envs, interleaved, median, repeats, seconds, table,
-                          without_end_of_turn)
+from bench.common import (SEED, SMOLLM2, ForwardClock, bench_policy, fixed_length_envs, interleaved, median, repeats,
+                          seconds, table, without_end_of_turn)
 
 ENV_ID = "agentlab/GuessNumber-v0"
 GOAL = 1.5  # each phase within 1.5x of its limit
@@ -156,36 +156,6 @@ def machine_limits(policy) -> dict:
 
 # ---------------------------------------------------------------------------- the phases
 
-class PassMeter:
-    """Every forward pass of a model while sampling, from hooks on its outermost module: seconds, rows,
-    new real tokens and positions attended to (cached and new). Use as ``with PassMeter(model) as meter``."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.model = model.get_base_model() if hasattr(model, "get_base_model") else model  # under LoRA
-        self.passes: list[dict] = []
-        self._handles, self._start, self._now = [], 0.0, {}
-
-    def _before(self, _module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)  # (B, C) the new chunk
-        mask = kwargs.get("attention_mask")  # (B, cached + C) 1 on real positions
-        mask = torch.ones_like(ids) if mask is None else mask
-        self._now = {"rows": ids.shape[0], "width": ids.shape[1], "new": int(mask[:, -ids.shape[1]:].sum()),
-                     "attended": int(mask.sum())}
-        self._start = time.perf_counter()
-
-    def _after(self, *_):
-        self.passes.append({**self._now, "s": time.perf_counter() - self._start})
-
-    def __enter__(self) -> PassMeter:
-        self._handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
-                         self.model.register_forward_hook(self._after)]
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-
-
 def batch_shape(model_name: str, quick: bool) -> dict:
     """The profile's update batch: ``groups`` tasks x ``group`` episodes of ``turns`` turns, ``tokens`` per action."""
     from agentlab.profiles import profile
@@ -202,7 +172,7 @@ def sample(policy, shape: dict, seed: int = SEED) -> dict:
 
     n = shape["groups"] * shape["group"]
     envs = fixed_length_envs(ENV_ID, n, shape["turns"])
-    with PassMeter(policy.model) as meter, without_end_of_turn(policy.model, policy.eot_id):
+    with ForwardClock(policy.model) as meter, without_end_of_turn(policy.model, policy.eot_id):
         trajs = rollout(envs, policy, SamplingSettings(max_new_tokens=shape["tokens"]),
                         seeds=[seed + i // shape["group"] for i in range(n)],
                         generator=torch.Generator().manual_seed(seed))
