@@ -615,9 +615,9 @@ def train(cfg: TrainConfig, policy: Policy, callbacks: list[Callable] = (), resu
         params = params + list(value_head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     start = load_checkpoint(ckpt, policy, optimizer, value_head) if ckpt is not None else 0
-    if start == 0 and policy.trained_in:
-        warn_trained_again(policy, out_dir)
     if start == 0:
+        if policy.trained_in:
+            warn_trained_again(policy, out_dir)
         for name in ("metrics.jsonl", "eval.jsonl"):
             (out_dir / name).unlink(missing_ok=True)
     _truncate_jsonl(out_dir / "metrics.jsonl", start)  # metrics of updates 0 .. start-1

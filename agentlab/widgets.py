@@ -897,22 +897,23 @@ class TrainingDashboard(_Shown):
         bits = " · ".join(f"{label} {last[k]:.3g}" for label, k in shown if k in last and math.isfinite(last[k]))
         return f"<b>{_esc(self.title)}</b>: update {self._updates[-1]} · {bits}"
 
+    def _panels_html(self, active: Sequence[str]) -> str:
+        """Every panel as SVG in one wrapping row, each with its alarm lit if it is among ``active``."""
+        return ("<div style='display:flex;flex-wrap:wrap'>" + "".join(
+            _svg_panel(title, self._updates, self._series(keys), alarm in active if alarm else False)
+            for title, keys, alarm in self._panels()) + "</div>")
+
     def to_html(self) -> str:
         active = self.alarms
-        panels = "".join(_svg_panel(title, self._updates, self._series(keys), alarm in active if alarm else False)
-                         for title, keys, alarm in self._panels())
         return (f"<div class='al-dashboard'><div>{self._status_html()}</div>"
-                f"<div style='margin:4px 0'>{self._alarm_html(active)}</div>"
-                f"<div style='display:flex;flex-wrap:wrap'>{panels}</div></div>")
+                f"<div style='margin:4px 0'>{self._alarm_html(active)}</div>{self._panels_html(active)}</div>")
 
     def redraw(self) -> None:
         start = time.perf_counter()
         active = self.alarms
         self.status.value = self._status_html()
         self.alarm_view.value = self._alarm_html(active)
-        self.panels.value = ("<div style='display:flex;flex-wrap:wrap'>" + "".join(
-            _svg_panel(title, self._updates, self._series(keys), alarm in active if alarm else False)
-            for title, keys, alarm in self._panels()) + "</div>")
+        self.panels.value = self._panels_html(active)
         self._last_draw = time.perf_counter()
         self.draw_seconds += self._last_draw - start
         self.draws += 1
