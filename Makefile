@@ -59,11 +59,13 @@ test: test-unit test-notebooks book test-browser
 # and two multi-threaded processes on two cores slow each other down. --dist worksteal lets an idle
 # worker take tests queued on the busy one (tests/conftest.py queues the slowest first). A test that
 # fails there is run again alone (--lf), so only what also fails on its own fails the target.
-# The warmed GuessNumber policy many tests start from is built first, on both threads: built inside
-# pytest, one worker built it on one thread while the other waited for it.
+# The warmed GuessNumber policy many tests start from is built first (built inside pytest, one worker
+# built it while the other waited for it), on one thread beside the conversion of Qwen's GGUF file, which
+# keeps one core busy for about a minute: 116 s for both against 149 s one after the other.
 test-unit: install qwen
-	AGENTLAB_PROFILE=ci $(BIN)/python -c "from agentlab.demo import demo_policy; demo_policy('ci')"
-	$(BIN)/python -c "from agentlab.pretrained import named_model_folder; named_model_folder('qwen2.5-coder-0.5b')"
+	( AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -c "from agentlab.demo import demo_policy; demo_policy('ci')" & \
+	  $(BIN)/python -c "from agentlab.pretrained import named_model_folder; named_model_folder('qwen2.5-coder-0.5b')"; \
+	  qwen=$$?; wait $$!; warm=$$?; exit $$(( qwen || warm )) )
 	AGENTLAB_PROFILE=ci OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --dist worksteal tests --ignore=tests/browser || \
 	  AGENTLAB_PROFILE=ci $(BIN)/python -m pytest -q --lf tests --ignore=tests/browser
 

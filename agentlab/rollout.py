@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers.cache_utils import Cache, DynamicLayer
 
 PROMPT, OBSERVATION, ACTION = 0, 1, 2
 ROLE_NAMES = {PROMPT: "prompt", OBSERVATION: "observation", ACTION: "action"}
@@ -259,6 +260,47 @@ class SamplingSettings:
     greedy: bool = False
 
 
+class SpareRoomLayer(DynamicLayer):
+    """One layer's keys and values in a buffer with room to grow, for the rollout's KV cache.
+
+    transformers' `DynamicLayer` concatenates the whole cache with each new token, so every decode
+    step copies all of it: with the tiny model's 64 rows that copy costs more than its arithmetic.
+    Here a new token is written in place, into room for ``SPARE`` more positions made whenever the
+    buffer is full: a copy every 128 tokens instead of every token, and a peak memory that of
+    `DynamicLayer` (which holds the old and the new cache during each copy) plus 128 positions, so
+    `agentlab.memory`'s rollout estimate still holds. Attention reads a view of the filled part, the
+    same values in the same shape, so the logits are bit for bit those of `DynamicLayer`
+    (tests/test_rollout.py compares them)."""
+
+    SPARE = 128
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._keys = self._values = None  # (B, H, capacity, D)
+        self._filled = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, new = self._filled, key_states.shape[-2]
+        if self._keys is None or n + new > self._keys.shape[-2]:
+            room = n + new + self.SPARE
+            keys = key_states.new_empty(*key_states.shape[:2], room, key_states.shape[-1])
+            values = value_states.new_empty(*value_states.shape[:2], room, value_states.shape[-1])
+            if n:
+                keys[:, :, :n], values[:, :, :n] = self._keys[:, :, :n], self._values[:, :, :n]
+            self._keys, self._values = keys, values
+        self._keys[:, :, n:n + new], self._values[:, :, n:n + new] = key_states, value_states
+        self._filled = n + new
+        self.keys, self.values = self._keys[:, :, :self._filled], self._values[:, :, :self._filled]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, :self._filled], self._values[:, :, :self._filled]
+
+
 class _Decoder:
     """The batch's KV cache, kept across turns.
 
@@ -269,7 +311,7 @@ class _Decoder:
     """
 
     def __init__(self, policy):
-        self.policy, self.past = policy, None
+        self.policy, self.past = policy, Cache(layer_class_to_replicate=SpareRoomLayer)
         self.ids, self.mask = None, None  # (B, L) every token fed so far; 1 on the real ones
 
     def extend(self, chunks: list[list[int]]) -> torch.Tensor:
@@ -311,7 +353,10 @@ class _Decoder:
         else:
             out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=pos,
                                     past_key_values=self.past, use_cache=True, logits_to_keep=1)
-        self.past, self.ids, self.mask = out.past_key_values, every, mask
+        past = out.past_key_values
+        # a model that kept nothing (None, or the empty cache it was given back) is read whole from then on
+        self.past = past if past is not None and past.get_seq_length() == every.shape[1] else None
+        self.ids, self.mask = every, mask
         return out.logits[:, -1]
 
     def keep(self, rows: list[int]) -> None:

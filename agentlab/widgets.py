@@ -36,6 +36,7 @@ import torch
 from matplotlib.figure import Figure
 
 from agentlab.advantages import gae, group_advantages, spread_to_tokens
+from agentlab.algos.grpo import ADVANTAGES, GRPOSettings, anchor_states, turn_advantages
 from agentlab.metrics import active_alarms, episode_metrics
 from agentlab.rollout import ACTION, OBSERVATION, PROMPT, ROLE_NAMES, Trajectory, load_jsonl
 
@@ -521,6 +522,12 @@ def _by_turn_critic(trajs: Sequence[Trajectory]) -> list[float]:
     return [s / c if c else 0.0 for s, c in zip(sums, counts)]
 
 
+# what the explorer's tokens can show: GAE, GRPO's episode advantage, and the critic-free per-turn ones
+PER_TURN = tuple(a for a in ADVANTAGES if a != "episode")
+_LABELS = {"gigpo": "GiGPO", "turn_baseline": "turn baseline", "turn_index": "turn index (biased)"}
+ESTIMATORS = {"gae": "GAE (PPO)", "group": "group (GRPO)", **{k: _LABELS.get(k, k) for k in PER_TURN}}
+
+
 class AdvantageExplorer(_Shown):
     """Move γ, λ, the group size and the scaling; see per-turn and per-token advantages.
 
@@ -529,6 +536,10 @@ class AdvantageExplorer(_Shown):
     given trajectories (with one trajectory that is its own return, so every δ would be 0:
     then V = 0). Give one extra value to bootstrap a truncated episode.
     Group-relative advantages (GRPO) use every trajectory's return, in contiguous groups.
+    The critic-free per-turn estimators of `agentlab.algos.grpo` (GiGPO, the turn baseline and the
+    biased turn-index one) use the same groups, with γ as their ``turn_gamma``; the estimator table
+    puts all five side by side for the selected trajectory, turn by turn, and ``method`` picks the
+    one the tokens are coloured by.
     ``chart=False`` leaves out the δ/A bar chart (a matplotlib image redrawn on every change).
     """
 
@@ -558,15 +569,19 @@ class AdvantageExplorer(_Shown):
                                             description="group size", continuous_update=False,
                                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
         self.scale = W.Dropdown(options=["group", "batch", "none"], value=scale, description="scale")
-        self.method = W.ToggleButtons(options=[("GAE (PPO)", "gae"), ("group (GRPO)", "group")], value="gae",
+        self.method = W.ToggleButtons(options=[(label, key) for key, label in ESTIMATORS.items()], value="gae",
                                       tooltips=["tokens show the GAE advantage of their turn",
-                                                "tokens show their episode's group-relative advantage"])
+                                                "tokens show their episode's group-relative advantage",
+                                                "episode advantage plus the step group's (turns from the same state)",
+                                                "turn t's return against the other samples' returns from turn t",
+                                                "normalised per turn index: biased if the policy picks when to stop"])
         self.values_text = W.Text(description="V(s_t)", layout=W.Layout(width="600px"),
                                   continuous_update=False)
         self.formula = W.HTML()
         self.turn_table = W.HTML()
         self.token_view = W.HTML()
         self.group_table = W.HTML()
+        self.estimator_table = W.HTML()
         self.chart = W.Image(format="png")
         self.turn_table.add_class("al-advantages")
         self._set_values_text()
@@ -576,7 +591,7 @@ class AdvantageExplorer(_Shown):
         self.widget = W.VBox([
             W.HBox([self.index, self.method]), self.gamma, self.gae_lambda, self.values_text,
             self.formula, W.HBox([self.turn_table, self.chart]),
-            self.token_view, W.HBox([self.group_size, self.scale]), self.group_table,
+            self.token_view, W.HBox([self.group_size, self.scale]), self.group_table, self.estimator_table,
         ])
         self.widget.add_class("al-explorer")
         self._render()
@@ -630,12 +645,15 @@ class AdvantageExplorer(_Shown):
         next_v = v[1:] + [bootstrap]
         deltas = [r + gamma * nv - cv for r, nv, cv in zip(t.rewards, next_v, v)]
         totals = torch.tensor([tr.total_reward for tr in self.trajectories], dtype=torch.float64)
-        g_adv = group_advantages(totals, int(self.group_size.value), scale=self.scale.value).tolist()
-        token_adv = (turn_rewards_to_tokens(t, adv[0].tolist()) if self.method.value == "gae"
-                     else turn_rewards_to_tokens(t, [g_adv[self.index.value]] * T))
+        g = int(self.group_size.value)
+        g_adv = group_advantages(totals, g, scale=self.scale.value).tolist()
+        per_turn = {"gae": adv[0].tolist(), "group": [g_adv[self.index.value]] * T}
+        for key in PER_TURN:  # the same groups; gamma discounts their per-turn returns
+            s = GRPOSettings(advantage=key, adv_scale=self.scale.value, turn_gamma=gamma)
+            per_turn[key] = turn_advantages(self.trajectories, totals.float(), g, s)[self.index.value, :T].tolist()
         return {"rewards": list(t.rewards), "values": v, "next_values": next_v, "deltas": deltas,
                 "advantages": adv[0].tolist(), "returns": ret[0].tolist(), "group_advantages": g_adv,
-                "token_advantages": token_adv}
+                "per_turn": per_turn, "token_advantages": turn_rewards_to_tokens(t, per_turn[self.method.value])}
 
     @property
     def shown_advantages(self) -> list[float]:
@@ -688,12 +706,27 @@ class AdvantageExplorer(_Shown):
                 + _table(["sample", "group", "task", "return R<sub>i</sub>", "A<sub>i</sub>"], rows,
                          cls="al-group-table", styles=styles))
 
+    def _estimator_html(self, c: dict) -> str:
+        per_turn = c["per_turn"]
+        scale = max((abs(a) for col in per_turn.values() for a in col), default=0.0)
+        states = anchor_states(self.trajectory)
+        rows = [[str(t), _esc(action[:40]), _esc(state.split(":", 1)[-1][:40] or "(the task)")]
+                + [f"<b>{per_turn[k][t]:+.3f}</b>" if k == self.method.value else f"{per_turn[k][t]:+.3f}"
+                   for k in ESTIMATORS]
+                for t, (action, state) in enumerate(zip(self.trajectory.actions, states))]
+        styles = [f"background:{_diverging(per_turn[self.method.value][t], scale)}" for t in range(len(rows))]
+        return ("<div style='font-size:12px'>Every estimator on this trajectory, turn by turn (bold: the one "
+                "the tokens show; the row's colour follows it). <i>from</i> is the state GiGPO groups the turn by."
+                "</div>" + _table(["t", "action", "from", *ESTIMATORS.values()], rows, cls="al-estimator-table",
+                                  styles=styles))
+
     def _render(self) -> None:
         c = self._shown = self.compute()
         self.formula.value = self._formula_html(c)
         self.turn_table.value = self._turn_table_html(c)
         self.token_view.value = token_html(self.trajectory, self.tokenizer, "advantage", c["token_advantages"])
         self.group_table.value = self._group_html(c)
+        self.estimator_table.value = self._estimator_html(c)
         if self.show_chart:
             self.chart.value = _png(self.figure(), dpi=70)
 
@@ -715,7 +748,7 @@ class AdvantageExplorer(_Shown):
 
     def to_html(self) -> str:
         return (f"<div class='al-explorer'>{self.formula.value}{self.turn_table.value}{self.token_view.value}"
-                f"{self.group_table.value}</div>")
+                f"{self.group_table.value}{self.estimator_table.value}</div>")
 
 
 # ============================================================================ TrainingDashboard

@@ -149,6 +149,28 @@ def test_play_records_a_scripted_episode_as_the_env_saw_it():
     assert cut.truncated and not cut.terminated and not cut.success and cut.num_turns == task.max_steps
 
 
+def test_the_spare_room_cache_gives_the_library_caches_episodes_bit_for_bit(policy, monkeypatch):
+    """`SpareRoomLayer` writes each token in place where transformers' `DynamicLayer` copies the
+    cache: the same sampled tokens and the same logprobs, exactly, over episodes long enough to
+    outgrow the buffer several times, with finished rows dropping out and a group's prompt shared."""
+    def sample():
+        envs = [make("agentlab/Maze-v0", max_steps=steps) for steps in (3, 3, 6, 6, 10, 10, 10, 10)]  # rows leave early
+        return rollout(envs, policy, SamplingSettings(max_new_tokens=12), seeds=[1, 1, 2, 2, 1, 1, 2, 2],
+                       generator=torch.Generator().manual_seed(3))
+
+    policy.share_prompts = True
+    try:
+        spare = sample()
+        monkeypatch.setattr(agentlab.rollout, "SpareRoomLayer", agentlab.rollout.DynamicLayer)
+        library = sample()
+    finally:
+        policy.share_prompts = False
+    assert max(len(t.token_ids) for t in spare) > 3 * 128  # the buffer grew at least twice
+    assert len({t.num_turns for t in spare}) > 1  # rows left the batch at different turns
+    assert [t.token_ids for t in spare] == [t.token_ids for t in library]
+    assert [t.logprobs for t in spare] == [t.logprobs for t in library]
+
+
 def test_a_groups_prompt_read_once_gives_the_same_episodes(policy):
     """With ``share_prompts`` each distinct prompt is read once and its cache copied to the rows
     that start with it: greedy episodes are the same tokens, and sampled logprobs still equal a fresh pass."""

@@ -219,6 +219,33 @@ def test_explorer_group_size_and_scale(trajs):
     assert len(with_chart.figure().axes[0].patches) == 2 * trajs[0].num_turns
 
 
+
+def test_explorer_shows_every_per_turn_estimator_by_hand(trajs):
+    # Group 0 (two GuessNumber samples) with γ = 1 and no scaling, computed by hand. Returns to go:
+    # sample 0 [1.3, 1.2, 1.1]; sample 1 [0.1, 0.0, 0.1, 0.1]. Turns t > 0 start from the reply before
+    # ("reply t-1", the same text in both samples), turn 0 from the task: all shared but sample 1's last.
+    ex = AdvantageExplorer(trajs, gamma=1.0, scale="none", chart=False)
+    hand = {  # sample 0, then sample 1
+        # the other sample's return from the same turn, when it got there
+        "turn_baseline": ([1.2, 1.2, 1.0], [-1.2, -1.2, -1.0, 0.1]),
+        # episode (1.3 − 0.7 = +0.6, −0.6) plus the step group's (±0.6, ±0.6, ±0.5; alone: 0)
+        "gigpo": ([1.2, 1.2, 1.1], [-1.2, -1.2, -1.1, -0.6]),
+        # per-index means 0.1, 0, 0.55, 0.1 subtracted from every reward, then summed to the end
+        "turn_index": ([0.65, 0.65, 0.55], [-0.65, -0.65, -0.55, 0.0]),
+        "group": ([0.6] * 3, [-0.6] * 4),
+    }
+    for index in (0, 1):
+        ex.index.value = index
+        per_turn = ex.compute()["per_turn"]
+        for key, rows in hand.items():
+            assert per_turn[key] == pytest.approx(rows[index], abs=1e-5), (key, index)
+    for key in ("gigpo", "turn_baseline", "turn_index"):
+        ex.method.value = key
+        first = hand[key][1][0]
+        assert f"advantage {first:+.3f}" in ex.token_view.value  # the tokens follow the picked estimator
+        assert f"<b>{first:+.3f}</b>" in ex.estimator_table.value
+    assert "reply 2" in ex.estimator_table.value and "GiGPO" in ex.to_html()  # the state GiGPO groups turn 3 by
+
 # ---------------------------------------------------------------------------- TrainingDashboard
 
 def test_dashboard_records_history_tolerates_missing_keys_and_lights_alarms(trajs):
