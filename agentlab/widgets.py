@@ -524,8 +524,14 @@ def _by_turn_critic(trajs: Sequence[Trajectory]) -> list[float]:
 
 # what the explorer's tokens can show: GAE, GRPO's episode advantage, and the critic-free per-turn ones
 PER_TURN = tuple(a for a in ADVANTAGES if a != "episode")
-_LABELS = {"gigpo": "GiGPO", "turn_baseline": "turn baseline", "turn_index": "turn index (biased)"}
-ESTIMATORS = {"gae": "GAE (PPO)", "group": "group (GRPO)", **{k: _LABELS.get(k, k) for k in PER_TURN}}
+_SHOWN = {  # key: (button label, tooltip)
+    "gae": ("GAE (PPO)", "tokens show the GAE advantage of their turn"),
+    "group": ("group (GRPO)", "tokens show their episode's group-relative advantage"),
+    "gigpo": ("GiGPO", "episode advantage plus the step group's (turns from the same state)"),
+    "turn_baseline": ("turn baseline", "turn t's return against the other samples' returns from turn t"),
+    "turn_index": ("turn index (biased)", "normalised per turn index: biased if the policy picks when to stop"),
+}
+ESTIMATORS = {k: _SHOWN.get(k, (k, k)) for k in ("gae", "group", *PER_TURN)}
 
 
 class AdvantageExplorer(_Shown):
@@ -569,12 +575,8 @@ class AdvantageExplorer(_Shown):
                                             description="group size", continuous_update=False,
                                             style={"description_width": "110px"}, layout=W.Layout(width="420px"))
         self.scale = W.Dropdown(options=["group", "batch", "none"], value=scale, description="scale")
-        self.method = W.ToggleButtons(options=[(label, key) for key, label in ESTIMATORS.items()], value="gae",
-                                      tooltips=["tokens show the GAE advantage of their turn",
-                                                "tokens show their episode's group-relative advantage",
-                                                "episode advantage plus the step group's (turns from the same state)",
-                                                "turn t's return against the other samples' returns from turn t",
-                                                "normalised per turn index: biased if the policy picks when to stop"])
+        self.method = W.ToggleButtons(options=[(label, key) for key, (label, _) in ESTIMATORS.items()], value="gae",
+                                      tooltips=[tip for _, tip in ESTIMATORS.values()])
         self.values_text = W.Text(description="V(s_t)", layout=W.Layout(width="600px"),
                                   continuous_update=False)
         self.formula = W.HTML()
@@ -717,8 +719,8 @@ class AdvantageExplorer(_Shown):
         styles = [f"background:{_diverging(per_turn[self.method.value][t], scale)}" for t in range(len(rows))]
         return ("<div style='font-size:12px'>Every estimator on this trajectory, turn by turn (bold: the one "
                 "the tokens show; the row's colour follows it). <i>from</i> is the state GiGPO groups the turn by."
-                "</div>" + _table(["t", "action", "from", *ESTIMATORS.values()], rows, cls="al-estimator-table",
-                                  styles=styles))
+                "</div>" + _table(["t", "action", "from", *(label for label, _ in ESTIMATORS.values())], rows,
+                                  cls="al-estimator-table", styles=styles))
 
     def _render(self) -> None:
         c = self._shown = self.compute()

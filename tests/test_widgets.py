@@ -219,7 +219,6 @@ def test_explorer_group_size_and_scale(trajs):
     assert len(with_chart.figure().axes[0].patches) == 2 * trajs[0].num_turns
 
 
-
 def test_explorer_shows_every_per_turn_estimator_by_hand(trajs):
     # Group 0 (two GuessNumber samples) with γ = 1 and no scaling, computed by hand. Returns to go:
     # sample 0 [1.3, 1.2, 1.1]; sample 1 [0.1, 0.0, 0.1, 0.1]. Turns t > 0 start from the reply before
@@ -245,6 +244,7 @@ def test_explorer_shows_every_per_turn_estimator_by_hand(trajs):
         assert f"advantage {first:+.3f}" in ex.token_view.value  # the tokens follow the picked estimator
         assert f"<b>{first:+.3f}</b>" in ex.estimator_table.value
     assert "reply 2" in ex.estimator_table.value and "GiGPO" in ex.to_html()  # the state GiGPO groups turn 3 by
+
 
 # ---------------------------------------------------------------------------- TrainingDashboard
 
