@@ -18,7 +18,8 @@ from nbval.plugin import IPyNbCell
 # 08 and 14 build their own warm-ups first (08's analysis warm-up takes eight minutes on one
 # thread): started last, such a build kept one worker busy while the other waited. 10 trains six
 # GuessNumber runs and builds a warm-up of its own since its §2 trained the collapse (11 minutes alone on one thread).
-# 07b builds SmolLM2's SQL warm-up and trains it: 396 s and 192 s under make test from a clean clone.
+# 07b builds SmolLM2's SQL warm-up and trains it: 396 s and 192 s under make test from a clean clone, and §8's
+# one-update collapse run about 200 s more.
 LONGEST_FIRST = ["04_returns_and_gae", "07b_a_real_model_on_your_laptop", "10_failure_modes_lab", "03_rewards",
                  "08_verifiable_rewards", "14_real_tasks", "06_grpo", "05_ppo_with_a_critic", "00_setup_and_tour"]
 
