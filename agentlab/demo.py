@@ -69,10 +69,11 @@ def real_model_config(prof, env_id: str, out_dir: str, updates: int, policy: str
     """GRPO for a real model on a CPU, where one update's rollout and backward pass take minutes:
     one optimiser step per update over the whole batch (several steps per batch at a LoRA learning
     rate ran away from the reference within one update), sampling at temperature 0.8 (at 1.0 the
-    49k-token tail wrote malformed actions), and 40 held-out tasks from levels 0 and 1."""
+    49k-token tail wrote malformed actions), and 40 held-out tasks from levels 0 and 1. Each episode
+    samples from its own stream, so a laptop that must sample in chunks gets the same run."""
     episodes = prof.tasks_per_update * prof.group_size
     return TrainConfig(env_id=env_id, algo="grpo", profile=prof.name, difficulty=[0, 1], name="demo", updates=updates,
-                       policy=policy, temperature=0.8, out_dir=out_dir, eval_every=updates,
+                       policy=policy, temperature=0.8, episode_streams=True, out_dir=out_dir, eval_every=updates,
                        grpo=grpo.GRPOSettings(epochs=1, minibatch_size=episodes))
 
 

@@ -218,17 +218,19 @@ def sampling(greedy: bool = True, temperature: float = 1.0, max_new_tokens: int 
 
 def run_episodes(policy, env_id: str, tasks: Sequence[Task], settings: SamplingSettings, env_kwargs: dict | None = None,
          batch_size: int = 64, seed: int | None = 0, prefixes: Sequence[str] | None = None,
-         generator: torch.Generator | None = None, progress: bool = False) -> list[Trajectory]:
+         generator: torch.Generator | None = None, progress: bool = False,
+         keys: Sequence[int] | None = None) -> list[Trajectory]:
     """One episode per task, ``batch_size`` envs at a time; trajectories in task order.
 
     ``seed``: task i's env is reset with ``seed + i`` and sampling draws from a generator
     seeded with ``seed``. ``seed=None`` leaves the envs' own generators alone and samples from
     ``generator`` (the training loop's, so that one update's draws follow each other).
     ``prefixes``: a note per task that its first observation starts with (reflection).
+    ``keys``: one sampling stream per task instead of a generator (`agentlab.rollout.rollout`).
     ``progress``: a bar on stderr with the episodes done and their successes so far.
     """
     envs = make_envs(env_id, min(batch_size, len(tasks)), **(env_kwargs or {}))
-    if generator is None and seed is not None:
+    if generator is None and seed is not None and keys is None:
         generator = torch.Generator(device=policy.device).manual_seed(seed)
     out: list[Trajectory] = []
     bar = tqdm(total=len(tasks), desc=f"episodes {env_id.split('/')[-1]}", disable=not progress, dynamic_ncols=True)
@@ -247,7 +249,8 @@ def run_episodes(policy, env_id: str, tasks: Sequence[Task], settings: SamplingS
                 batch = [_WithPrefix(e, p) for e, p in zip(batch, prefixes[start:start + batch_size])]
             seeds = None if seed is None else [seed + start + i for i in range(len(chunk))]
             out += rollout(batch, policy, settings, tasks=chunk, seeds=seeds, generator=generator,
-                           on_end=ended if progress else None)
+                           on_end=ended if progress else None,
+                           keys=None if keys is None else keys[start:start + batch_size])
     finally:
         bar.close()
         for env in envs:

@@ -62,6 +62,7 @@ class Trajectory:
     temperature: float = 1.0  # the temperature the logprobs were computed at
     action_format: str = "call"  # how the actions were written: "call" or "tool_call" (`agentlab.envs.actions`)
     start_state: str | None = None  # the env's canonical state key at reset, where it has one (`TextEnv.state_key`)
+    sample_key: int | None = None  # the episode's own sampling stream (`rollout`'s ``keys``), when it had one
 
     # -- derived views ----------------------------------------------------------------------------
     @property
@@ -165,6 +166,7 @@ def trajectory_features():
         "terminated": Value("bool"), "truncated": Value("bool"), "success": Value("bool"),
         "difficulty": Value("int64"), "group": Value("int64"), "temperature": Value("float64"),
         "action_format": Value("string"), "start_state": Value("string"),
+        "sample_key": Value("int64"),  # None when the episode sampled from its batch's generator
     })
 
 
@@ -368,12 +370,37 @@ class _Decoder:
         self.ids, self.mask = self.ids[idx], self.mask[idx]
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def stream_uniform(key: int, n: int) -> float:
+    """Draw ``n`` (0, 1, ...) of the sampling stream ``key``, in [0, 1). It is splitmix64 (Steele, Lea and
+    Flood, OOPSLA 2014), a counter-based generator: the draw depends on (key, n) alone, so an episode that
+    samples from its own key gets the same tokens whichever episodes share its batch."""
+    z = (key + (n + 1) * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((z ^ (z >> 31)) >> 11) * 2.0 ** -53
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Row b's token: where ``u[b]`` of the way along its cumulative probabilities falls; (B, V), (B,) -> (B,).
+    The weights need not sum to 1 (top-p leaves them cut); a token of weight 0 is never picked."""
+    cdf = probs.double().cumsum(-1)  # float64: a float32 sum over 49k tokens drifts by more than a tail token weighs
+    tok = torch.searchsorted(cdf, (u.to(cdf) * cdf[:, -1])[:, None], right=True).squeeze(-1)
+    last = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)  # u * total can round up to the total
+    return torch.minimum(tok, last)
+
+
 @torch.no_grad()
 def _sample_turn(decoder: _Decoder, logits: torch.Tensor, settings: SamplingSettings, eot_id: int,
-                 generator: torch.Generator | None = None) -> tuple[list[list[int]], list[list[float]], list[int]]:
+                 generator: torch.Generator | None = None,
+                 streams: list[tuple[int, int]] | None = None) -> tuple[list[list[int]], list[list[float]], list[int]]:
     """Sample one action per row from ``logits`` onwards. Returns the tokens (ending with
     end-of-turn unless the limit came first), their logprobs at ``settings.temperature``, and how
-    many of each row's tokens were fed into the cache (the rest start the next turn's chunk)."""
+    many of each row's tokens were fed into the cache (the rest start the next turn's chunk).
+    ``streams``: per row, (key, draws taken so far), to sample from the rows' own streams
+    (`stream_uniform`) instead of the batch's one ``generator``."""
     B, device = logits.shape[0], logits.device
     done = torch.zeros(B, dtype=torch.bool, device=device)
     tokens: list[list[int]] = [[] for _ in range(B)]
@@ -386,7 +413,11 @@ def _sample_turn(decoder: _Decoder, logits: torch.Tensor, settings: SamplingSett
             tok = logp_all.argmax(-1)
         else:
             probs = _top_p(logp_all.exp(), settings.top_p)
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            if streams is None:
+                tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            else:
+                u = torch.tensor([stream_uniform(key, n + step) for key, n in streams], dtype=torch.float64)
+                tok = _inverse_cdf(probs, u.to(device))
         lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
         alive = ~done
         for b in alive.nonzero().flatten().tolist():
@@ -423,10 +454,16 @@ def rollout(
     max_context: int | None = None,
     prompt_prefix: str = "",
     on_end: Callable[[Trajectory], None] | None = None,
+    keys: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """Run one episode in each env, batching every live env's next action per turn.
 
-    ``tasks[i]`` (a `Task` or dict) or ``seeds[i]`` picks env i's task. ``max_context`` caps
+    ``tasks[i]`` (a `Task` or dict) or ``seeds[i]`` picks env i's task. Sampling draws from
+    ``generator``, one stream for the batch, so an episode's tokens depend on the whole batch;
+    or, given ``keys``, episode i draws from its own stream ``keys[i]`` (`stream_uniform`) and
+    gets the same tokens however the episodes are batched or split (another batch shape can move the
+    logits' last bits, which changes a token only if its draw falls that close to a boundary between
+    two tokens). ``max_context`` caps
     the episode's tokens (default: the model's position limit); an episode that would pass
     it is truncated. ``prompt_prefix`` is added before the first observation (reflection).
     ``on_end`` is called with each trajectory as its episode ends (a progress bar's hook).
@@ -435,6 +472,9 @@ def rollout(
     """
     settings = settings or SamplingSettings()
     n = len(envs)
+    if keys is not None and (len(keys) != n or generator is not None):
+        raise ValueError(f"rollout: give one key per env ({len(keys)} keys for {n} envs) and no generator; "
+                         "keys replace the generator's single stream")
     max_context = max_context or getattr(policy.model.config, "max_position_embeddings", 4096)
     fmt = getattr(policy, "action_format", "call")
     trajs, contexts = [], []
@@ -454,16 +494,18 @@ def rollout(
             env_id=spec_id, task_id=info.get("task_id", ""), difficulty=int(info.get("difficulty", 0)),
             messages=[{"role": "system", "content": base.system_prompt}, {"role": "user", "content": first}],
             temperature=1.0 if settings.greedy else settings.temperature, action_format=fmt,
-            start_state=info.get("state"),
+            start_state=info.get("state"), sample_key=None if keys is None else int(keys[i]),
         ))
         trajs[-1].append_tokens(ids, PROMPT)
         contexts.append(list(ids))
     live = list(range(n))
+    drawn = [0] * n  # each episode's draws so far: where its stream goes on next turn
     decoder = _Decoder(policy)
     with torch.no_grad():
         logits = decoder.extend(contexts)
     while live:
-        new_tokens, new_logps, fed = _sample_turn(decoder, logits, settings, policy.eot_id, generator)
+        streams = None if keys is None else [(int(keys[i]), drawn[i]) for i in live]
+        new_tokens, new_logps, fed = _sample_turn(decoder, logits, settings, policy.eot_id, generator, streams)
         still, chunks = [], []
         for row, (i, toks, lps) in enumerate(zip(live, new_tokens, new_logps)):
             traj, env = trajs[i], envs[i]
@@ -472,6 +514,7 @@ def rollout(
             text = policy.tokenizer.decode(toks[:-1] if finished else toks, skip_special_tokens=False)
             traj.append_tokens(toks, ACTION, turn, lps)
             contexts[i] += toks
+            drawn[i] += len(toks)
             if finished:
                 obs, reward, term, trunc, info = env.step(text)
             else:  # ran out of tokens: the env still counts the turn and charges the format penalty

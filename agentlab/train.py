@@ -82,6 +82,10 @@ class TrainConfig:
     group_size: int | None = None  # samples per task (GRPO's group; PPO just gets more episodes); None: the profile's
     lr: float | None = None  # AdamW learning rate of the adapter (and value head); None: the profile's
     temperature: float = 1.0  # sampling temperature for training [0.7, 1.0]; eval is greedy
+    # episode_streams: a run's episodes then do not depend on how its rollout is split into chunks, which the free
+    # memory decides (`memory_plan`). Off by default only because the tiny-policy notebooks' asserts were
+    # calibrated on one stream per batch.
+    episode_streams: bool = False  # each episode samples from its own stream, keyed from (seed, update)
     top_p: float = 1.0  # nucleus sampling; 1.0 keeps training on-policy
     max_new_tokens: int | None = None  # token budget per turn (default: the profile's on this env)
     difficulty: int | list[int] = 0  # task difficulty level(s) sampled for training
@@ -250,9 +254,13 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
     settings = SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     envs = [make(cfg.env_id, **env_kwargs) for _ in group_tasks]
     step = rollout_rows or len(group_tasks)
-    # chunks draw from the same generator one after another: a run is reproducible for a given chunk size
+    # One stream per batch: chunks draw from it one after another, so the run is reproducible for a given chunk
+    # size only. Streams per episode: keys drawn once from the update's generator, so any chunking gives the same.
+    keys = stream_keys(gen, len(group_tasks)) if cfg.episode_streams else None
     trajs = [t for s in range(0, len(group_tasks), step)
-             for t in rollout(envs[s:s + step], policy, settings, tasks=group_tasks[s:s + step], generator=gen)]
+             for t in rollout(envs[s:s + step], policy, settings, tasks=group_tasks[s:s + step],
+                              generator=gen if keys is None else None,
+                              keys=None if keys is None else keys[s:s + step])]
     for i, t in enumerate(trajs):
         t.group = i // cfg.group_size
     retries: list[Trajectory] = []
@@ -262,13 +270,21 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             if any(t.success for t in group):
                 continue
             # one batch per group, sampling on from the update's generator, so the draws stay reproducible
+            retry_keys = stream_keys(gen, cfg.group_size) if cfg.episode_streams else None
             redo = run_episodes(policy, cfg.env_id, [tasks[g]] * cfg.group_size, settings, env_kwargs,
                                 batch_size=min(cfg.group_size, rollout_rows or cfg.group_size), seed=None,
-                                prefixes=[reflection_note(group[0])] * cfg.group_size, generator=gen)
+                                prefixes=[reflection_note(group[0])] * cfg.group_size,
+                                generator=gen if retry_keys is None else None, keys=retry_keys)
             for t in redo:
                 t.group = len(tasks) + len(retries) // cfg.group_size
             retries += redo
     return trajs, retries
+
+
+def stream_keys(gen: torch.Generator, n: int) -> list[int]:
+    """``n`` sampling-stream keys (`agentlab.rollout.stream_uniform`) from ``gen``, 62 random bits each: two
+    streams could only overlap where their keys differ by a small multiple of splitmix's step, a 2^-50 chance."""
+    return torch.randint(0, 2 ** 62, (n,), generator=gen, device=gen.device).tolist()
 
 
 def episode_rewards(trajs: list[Trajectory], cfg: TrainConfig) -> tuple[torch.Tensor, dict]:

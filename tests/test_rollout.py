@@ -126,6 +126,54 @@ def test_sampling_is_reproducible_with_a_generator(policy):
     assert [t.token_ids for t in run()] == [t.token_ids for t in run()]
 
 
+def test_a_sampling_stream_is_uniform_and_depends_on_key_and_count_alone():
+    from agentlab.rollout import stream_uniform
+
+    draws = np.array([stream_uniform(12345, n) for n in range(20_000)])
+    assert draws.min() >= 0.0 and draws.max() < 1.0
+    counts = np.histogram(draws, bins=10, range=(0, 1))[0]
+    assert np.all(np.abs(counts - 2000) < 200), counts  # 4.5 standard deviations of a bin's count
+    assert [stream_uniform(12345, n) for n in range(5)] == list(draws[:5])  # no state kept between calls
+    neighbour = np.array([stream_uniform(12346, n) for n in range(20_000)])  # keys one apart: unrelated streams
+    assert abs(np.corrcoef(draws, neighbour)[0, 1]) < 0.03 and not np.isin(neighbour, draws).any()
+
+
+def test_inverse_cdf_picks_tokens_at_their_weights_and_never_a_zero_weight():
+    from agentlab.rollout import _inverse_cdf, stream_uniform
+
+    weights = torch.tensor([[0.4, 0.0, 0.2, 0.0, 0.1, 0.0]])  # cut as top-p leaves them: they sum to 0.7
+    u = torch.tensor([stream_uniform(7, n) for n in range(30_000)], dtype=torch.float64)
+    tokens = _inverse_cdf(weights.expand(len(u), -1), u)
+    freq = torch.bincount(tokens, minlength=6).double() / len(u)
+    assert torch.allclose(freq, weights[0].double() / 0.7, atol=0.01), freq
+    edge = _inverse_cdf(weights, torch.tensor([1 - 2 ** -53], dtype=torch.float64))
+    assert edge.tolist() == [4]  # the last token with weight, not the zero-weight one after it
+
+
+def test_episode_streams_give_an_episode_the_same_tokens_however_it_is_batched(policy):
+    settings = SamplingSettings(temperature=1.0, max_new_tokens=8)
+    seeds, keys = list(range(6)), [101, 202, 303, 404, 505, 606]
+
+    def run(sizes: list[int], keyed: bool):
+        gen, out, s = torch.Generator().manual_seed(5), [], 0
+        for size in sizes:
+            out += rollout(make_envs("agentlab/GuessNumber-v0", size), policy, settings, seeds=seeds[s:s + size],
+                           generator=None if keyed else gen, keys=keys[s:s + size] if keyed else None)
+            s += size
+        return out
+
+    whole = run([6], keyed=True)
+    assert [t.sample_key for t in whole] == keys
+    for sizes in ([2, 1, 3], [1] * 6):
+        split = run(sizes, keyed=True)
+        assert [t.token_ids for t in split] == [t.token_ids for t in whole], sizes
+        assert np.allclose(sum((t.logprobs for t in split), []), sum((t.logprobs for t in whole), []), atol=1e-4)
+    # one stream for the batch: the same split changes what the episodes sample
+    assert [t.token_ids for t in run([2, 1, 3], keyed=False)] != [t.token_ids for t in run([6], keyed=False)]
+    with pytest.raises(ValueError, match="one key per env"):
+        rollout(make_envs("agentlab/GuessNumber-v0", 2), policy, settings, seeds=[0, 1], keys=[1])
+
+
 def test_observation_tokens_are_the_template_continuation(policy):
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
             {"role": "assistant", "content": "guess(3)"}, {"role": "user", "content": "3 is too low"}]

@@ -320,6 +320,27 @@ def test_reflection_retries_all_failed_groups_with_the_last_feedback(tiny_path):
         assert t.task_id == trajs[2 * failed[k // 2]].task_id and t.group == 2 + k // 2
 
 
+def test_with_episode_streams_a_chunked_rollout_samples_what_one_batch_would(tiny_path):
+    """The memory plan splits the rollout when the KV cache of all episodes would not fit: with
+    episode_streams the update's episodes, reflection retries included, do not depend on that split."""
+    import numpy as np
+
+    from agentlab.train import collect, resolve
+
+    policy = load_policy(str(tiny_path))
+
+    def episodes(streams: bool, rows: int | None) -> list[list[int]]:
+        cfg = resolve(TrainConfig(profile="ci", tasks_per_update=3, group_size=2, reflection=True, max_new_tokens=6,
+                                  episode_streams=streams))
+        trajs, retries = collect(policy, cfg, 0, torch.Generator().manual_seed(0), np.random.default_rng(0),
+                                 rollout_rows=rows)
+        assert retries  # the untrained policy fails, so the retries' draws are compared too
+        return [t.token_ids for t in trajs + retries]
+
+    assert episodes(True, 2) == episodes(True, None)
+    assert episodes(False, 2) != episodes(False, None)  # one stream per batch: the split changes the draws
+
+
 def test_a_run_starts_from_the_warm_up_it_names(monkeypatch, tiny_path):
     from agentlab import warmup
     from agentlab.train import load_training_policy, resolve

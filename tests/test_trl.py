@@ -276,6 +276,7 @@ def trajectories(tiny_path):
         envs = make_envs(env_id, 2, max_steps=3)
         trajs += rollout(envs, policy, SamplingSettings(max_new_tokens=6), seeds=[0, 1], generator=gen)
     trajs[0].values, trajs[0].group = [0.5, -0.25, 0.125][:trajs[0].num_turns], 3  # a critic's values
+    trajs[1].sample_key = 2 ** 62 - 1  # as an episode with its own sampling stream records it
     return trajs
 
 
