@@ -269,7 +269,8 @@ def collect(policy: Policy, cfg: TrainConfig, update: int, gen: torch.Generator,
             group = trajs[g * cfg.group_size:(g + 1) * cfg.group_size]
             if any(t.success for t in group):
                 continue
-            # one batch per group, sampling on from the update's generator, so the draws stay reproducible
+            # one batch per group, sampling on from the update's generator (or from keys it draws), so the draws
+            # stay reproducible
             retry_keys = stream_keys(gen, cfg.group_size) if cfg.episode_streams else None
             redo = run_episodes(policy, cfg.env_id, [tasks[g]] * cfg.group_size, settings, env_kwargs,
                                 batch_size=min(cfg.group_size, rollout_rows or cfg.group_size), seed=None,
