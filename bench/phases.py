@@ -35,7 +35,7 @@ prompt once: padding is work the code could avoid. Attention's own products (4·
 FLOP per token and layer) are left out, so a limit is a little below the true minimum.
 The issue's goal is every phase within 1.5x of its limit.
 
-    python -m bench.phases [--model tiny|smollm2] [--quick] [--json FILE] [--threads N]
+    python -m bench.phases [--model tiny|smollm2] [--quick] [--json FILE] [--threads N] [--micro-batch-tokens N]
 """
 
 from __future__ import annotations
@@ -195,18 +195,19 @@ def update_batch(policy, trajs: list, group: int) -> dict:
     return batch
 
 
-def reference_pass(policy, batch: dict, temperature: float) -> torch.Tensor:
-    """Phase 2: log π_ref of every action token, one no-grad pass with the adapter off, as the update runs it."""
+def reference_pass(policy, batch: dict, temperature: float, max_tokens: int | None = None) -> torch.Tensor:
+    """Phase 2: log π_ref of every action token, no-grad passes with the adapter off, as the update runs them."""
     from agentlab.algos.losses import reference_logp
 
-    return reference_logp(policy, batch, temperature, None)  # (B, L-1)
+    return reference_logp(policy, batch, temperature, max_tokens)  # (B, L-1)
 
 
-def score_and_backward(policy, batch: dict, temperature: float) -> dict:
+def score_and_backward(policy, batch: dict, temperature: float, max_tokens: int | None = None) -> dict:
     """Phases 3 and 4: one epoch of `grpo.update`'s gradient passes, its loss built from the same
     pieces, the forward (score + loss) and the backward timed apart. ``update`` runs the backward
     inside `AccumulatedStep.add`, so the loop is written out here; the gradient clip and the
-    optimiser step (LoRA's few weights) are not timed. Also the work: tokens read and scored."""
+    optimiser step (LoRA's few weights) are not timed. Also the work: tokens read and scored. ``max_tokens``:
+    the update's ``micro_batch_tokens`` (None: each minibatch in one pass)."""
     from agentlab.algos.grpo import GRPOSettings
     from agentlab.algos.losses import clipped_surrogate, kl_to_reference, micro_batches, minibatches, share
     from agentlab.tensors import masked_mean
@@ -215,7 +216,7 @@ def score_and_backward(policy, batch: dict, temperature: float) -> dict:
     out = {"forward_s": 0.0, "backward_s": 0.0, "tokens": 0, "scored": 0}
     for mb in minibatches(len(mask), s.minibatch_size, torch.Generator().manual_seed(SEED)):
         policy.model.zero_grad(set_to_none=True)  # as AccumulatedStep starts
-        for _, part in micro_batches(batch, mb, None):
+        for _, part in micro_batches(batch, mb, max_tokens):
             m = part["loss_mask"]  # (b, l-1)
             start = time.perf_counter()
             scored = policy.score(part["ids"], part["attn"], temperature, entropy=True if s.ent_coef else "logged",
@@ -268,8 +269,9 @@ def sampling_rows(passes: list[dict], decode_s: float, prefill_s: float, sizes: 
     ]
 
 
-def measure(model_name: str, quick: bool) -> dict:
-    """The machine's limits, then every phase on one batch, the phases interleaved over the repeats."""
+def measure(model_name: str, quick: bool, micro_batch_tokens: int | None = None) -> dict:
+    """The machine's limits, then every phase on one batch, the phases interleaved over the repeats; the
+    reference and gradient passes in micro-batches of at most ``micro_batch_tokens`` (None: one per minibatch)."""
     torch.manual_seed(SEED)
     shape = batch_shape(model_name, quick)
     policy = load(model_name, shape)
@@ -278,10 +280,11 @@ def measure(model_name: str, quick: bool) -> dict:
     sampled = sample(policy, shape)  # also the warm-up: first calls allocate and pick kernels
     trajs, temperature = sampled["trajs"], sampled["trajs"][0].temperature
     batch = update_batch(policy, trajs, shape["group"])
-    score_and_backward(policy, batch, temperature)  # warm-up of the gradient passes
+    score_and_backward(policy, batch, temperature, micro_batch_tokens)  # warm-up of the gradient passes
     runs = interleaved({"sampling": lambda: sample(policy, shape),
-                        "reference": lambda: reference_pass(policy, batch, temperature),
-                        "update": lambda: score_and_backward(policy, batch, temperature)}, repeats(quick))
+                        "reference": lambda: reference_pass(policy, batch, temperature, micro_batch_tokens),
+                        "update": lambda: score_and_backward(policy, batch, temperature, micro_batch_tokens)},
+                       repeats(quick))
     rollout_s = median([dt for dt, _ in runs["sampling"]])
     decode_s = [sum(p["s"] for p in r["passes"] if p["width"] == 1) for _, r in runs["sampling"]]
     prefill_s = [sum(p["s"] for p in r["passes"] if p["width"] > 1) for _, r in runs["sampling"]]
@@ -306,7 +309,8 @@ def measure(model_name: str, quick: bool) -> dict:
     return {"model": model_name, "shape": shape, "sizes": sizes, "machine": machine, "rows": rows,
             "rollout_s": rollout_s, "decode_share": median(decode_s) / rollout_s,
             "prefill_share": median(prefill_s) / rollout_s,
-            "episodes": len(trajs), "length": median([len(t.token_ids) for t in trajs])}
+            "episodes": len(trajs), "length": median([len(t.token_ids) for t in trajs]),
+            "micro_batch_tokens": micro_batch_tokens}
 
 
 # ---------------------------------------------------------------------------- report
@@ -315,6 +319,8 @@ def report(r: dict, n_repeats: int) -> str:
     m, z, shape = r["machine"], r["sizes"], r["shape"]
     model = "the tiny policy" if r["model"] == "tiny" else "SmolLM2-135M-Instruct"
     shared = "yes" if shape["share_prompts"] else "no"
+    passes = (f"micro-batches of at most {r['micro_batch_tokens']:,} tokens" if r["micro_batch_tokens"]
+              else "one per minibatch")
     head = (f"{m['cpu']}, {m['threads']} torch thread(s). Memory bandwidth {m['gbps']:.1f} GB/s (read + write, "
             f"best of {COPY_TRIES} copies of {m['copy_mib']:.0f} MiB; last-level cache {m['cache_mib']:.0f} MiB). "
             f"Matmul {m['gflops']:.1f} GFLOP/s in float32 at {m['matmul_shape']}, the model's widest linear "
@@ -323,7 +329,7 @@ def report(r: dict, n_repeats: int) -> str:
             f"({z['n_lora']:,} of them LoRA's), N_head {z['n_head']:,}, K/V {z['kv_bytes']:,} bytes per position. "
             f"Batch: {r['episodes']} GuessNumber episodes ({shape['groups']} groups of {shape['group']}, prompts "
             f"shared: {shared}), {shape['turns']} turns of {shape['tokens']} action tokens, {r['length']:.0f} tokens "
-            f"each. Median of {n_repeats} interleaved run(s).")
+            f"each. Reference and gradient passes: {passes}. Median of {n_repeats} interleaved run(s).")
     body = table(["phase", "work", "seconds", "limit s", "bound by", "measured / limit", f"goal <= {GOAL:g}x"],
                  [[x["phase"], x["work"], x["s"], x["limit_s"], x["bound"], f"{x['ratio']:.1f}x",
                    "met" if x["goal_met"] else "not met"] for x in r["rows"]])
@@ -338,9 +344,10 @@ def report(r: dict, n_repeats: int) -> str:
     return f"{head}\n\n{body}\n\n{tail}"
 
 
-def run(quick: bool = False, model: str = "smollm2", json_path: str | None = None) -> str:
+def run(quick: bool = False, model: str = "smollm2", json_path: str | None = None,
+        micro_batch_tokens: int | None = None) -> str:
     """Measure, print and return the section; with ``json_path`` append one JSON line per phase."""
-    measured = measure(model, quick)
+    measured = measure(model, quick, micro_batch_tokens)
     text = report(measured, repeats(quick))
     print(text, flush=True)
     if json_path:
@@ -349,7 +356,8 @@ def run(quick: bool = False, model: str = "smollm2", json_path: str | None = Non
         keep = {k: measured["machine"][k] for k in ("cpu", "threads", "gbps", "gflops", "gflops_square")}
         with out.open("a") as f:
             for row in measured["rows"]:
-                f.write(json.dumps({"model": model, "quick": quick, **keep, **measured["sizes"], **row}) + "\n")
+                f.write(json.dumps({"model": model, "quick": quick, "micro_batch_tokens": micro_batch_tokens, **keep,
+                                    **measured["sizes"], **row}) + "\n")
     return text
 
 
@@ -361,11 +369,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 groups of 2 turns, one run per phase")
     ap.add_argument("--json", default=None, help="append one JSON line per phase to this file")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: as torch starts)")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None,
+                    help="the update's micro-batch budget, as a preflight plans it (default: one pass a minibatch)")
     args = ap.parse_args()
     go_offline()
     if args.threads:
         torch.set_num_threads(args.threads)
-    run(quick=args.quick, model=args.model, json_path=args.json)
+    run(quick=args.quick, model=args.model, json_path=args.json, micro_batch_tokens=args.micro_batch_tokens)
 
 
 if __name__ == "__main__":

@@ -134,3 +134,9 @@ def test_phases_bench_runs_on_the_tiny_policy(tmp_path):
     assert (r["n_body"] - r["n_lora"], r["n_lora"], r["n_head"]) == (3 * layer + 96, 3 * lora, 1024 * 96)
     assert r["weight_bytes"] == 4 * (r["n_body"] + r["n_head"]) and r["kv_bytes"] == 2 * 3 * 4 * 24 * 4
     assert r["gbps"] > 0 and r["gflops"] > 0 and r["threads"] >= 1
+    # in micro-batches, as a run's preflight plans them: the same passes over the same tokens, cut smaller
+    split = tmp_path / "split.jsonl"
+    text = run(quick=True, model="tiny", json_path=str(split), micro_batch_tokens=200)
+    parts = [json.loads(line) for line in split.read_text().splitlines()]
+    assert "micro-batches of at most 200 tokens" in text and all(p["micro_batch_tokens"] == 200 for p in parts)
+    assert [p["work"] for p in parts[2:]] == [r["work"] for r in rows[2:]]  # phases 2-4: tokens, scored, FLOP
