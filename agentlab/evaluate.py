@@ -155,6 +155,16 @@ def training_claims(where: str, **measured):
             "far outside that spread points at a change in the code rather than at the machine.") from None
 
 
+def rose(after: float, before: float, by: float) -> bool:
+    """Whether a rate went from ``before`` to ``after`` by at least ``by``, to 9 decimals. Success rates are
+    counts over a number of tasks, and in floating point one task more than 16 of 40 falls short:
+    0.4 + 0.025 is 0.42500000000000004, above 17/40.
+
+        assert rose(after["success_rate"], before["success_rate"], by=0.025)  # one held-out task of 40, or more
+    """
+    return round(after - before, 9) >= by
+
+
 def _show(value) -> str:
     """A measured value, short: floats to 3 decimals, in lists and dicts too; pandas rows and tables as dicts."""
     if hasattr(value, "round") and hasattr(value, "to_dict"):  # a pandas Series or DataFrame

@@ -268,3 +268,12 @@ def test_training_claims_say_what_failed_what_was_measured_and_where_the_spread_
     with pytest.raises(ValueError):  # only failed asserts are reworded
         with training_claims("04 §7"):
             raise ValueError("not a claim")
+
+
+def test_a_rate_rises_by_one_task_of_forty_despite_float_sums():
+    from agentlab.evaluate import rose
+
+    assert 16 / 40 + 0.025 > 17 / 40  # why the helper exists: the plain comparison misses one task of 40
+    assert rose(17 / 40, 16 / 40, by=0.025) and rose(18 / 40, 16 / 40, by=0.025)
+    assert not rose(16 / 40, 16 / 40, by=0.025) and not rose(0.4249, 0.4, by=0.025) and not rose(0.3, 0.4, by=-0.05)
+    assert rose(29 / 40, 11 / 40, by=0.45) and not rose(28 / 40, 11 / 40, by=0.45)
