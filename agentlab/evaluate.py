@@ -161,6 +161,7 @@ def rose(after: float, before: float, by: float) -> bool:
     0.4 + 0.025 is 0.42500000000000004, above 17/40.
 
         assert rose(after["success_rate"], before["success_rate"], by=0.025)  # one held-out task of 40, or more
+        assert rose(before["repeat_rate"], after["repeat_rate"], by=0.5)  # a fall: the arguments swap
     """
     return round(after - before, 9) >= by
 
