@@ -13,31 +13,30 @@ Prints forward, backward, and the process's kernel and user CPU time for each. A
 from __future__ import annotations
 
 import argparse
-import resource
+import contextlib
 
 import agentlab.policy as P
-from bench.phases import batch_shape, load, sample, score_and_backward, update_batch
+from bench.phases import gradient_ab
+
+
+@contextlib.contextmanager
+def entropy_in_graph():
+    """Every entropy the update asks for computed in the autograd graph, as `Policy.score` did before."""
+    logged = P.Policy.score
+
+    def in_graph(self, *args, entropy=False, **kwargs):
+        return logged(self, *args, entropy=bool(entropy), **kwargs)
+
+    P.Policy.score = in_graph
+    try:
+        yield
+    finally:
+        P.Policy.score = logged
 
 
 def main(repeats: int = 2) -> None:
-    shape = batch_shape("smollm2", False)
-    policy = load("smollm2", shape)
-    trajs = sample(policy, shape)["trajs"]
-    batch = update_batch(policy, trajs, shape["group"])
-    logged = P.Policy.score
-
-    def in_graph(self, *args, entropy=False, **kwargs):  # every entropy the update asks for, in the graph
-        return logged(self, *args, entropy=bool(entropy), **kwargs)
-
-    for rep in range(repeats):
-        for name, score in (("before: entropy in the graph", in_graph), ("after: entropy logged", logged)):
-            P.Policy.score = score
-            r0 = resource.getrusage(resource.RUSAGE_SELF)
-            out = score_and_backward(policy, batch, trajs[0].temperature)
-            r1 = resource.getrusage(resource.RUSAGE_SELF)
-            print(f"{rep} {name:30s} forward {out['forward_s']:6.1f} s  backward {out['backward_s']:6.1f} s  "
-                  f"sys {r1.ru_stime - r0.ru_stime:6.1f} s  user {r1.ru_utime - r0.ru_utime:6.1f} s", flush=True)
-    P.Policy.score = logged
+    gradient_ab({"before: entropy in the graph": entropy_in_graph, "after: entropy logged": contextlib.nullcontext},
+                repeats)
 
 
 if __name__ == "__main__":

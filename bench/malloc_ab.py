@@ -30,9 +30,7 @@ import subprocess
 import sys
 import time
 
-import torch
-
-from agentlab.memory import format_bytes, peak_rss, peak_rss_reset
+from agentlab.memory import format_bytes, peak_rss
 
 # glibc's mallopt parameters (malloc.h), and the values it settles on by itself once a large block was freed
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
@@ -60,23 +58,9 @@ class ReusedHeap(contextlib.ContextDecorator):
 
 
 def minibatch(repeats: int) -> None:
-    from bench.phases import batch_shape, load, sample, score_and_backward, update_batch
+    from bench.phases import gradient_ab
 
-    shape = batch_shape("smollm2", False)
-    policy = load("smollm2", shape)
-    trajs = sample(policy, shape)["trajs"]
-    batch = update_batch(policy, trajs, shape["group"])
-    temperature = trajs[0].temperature
-    for rep in range(repeats):
-        for name, enabled in (("glibc's defaults", False), ("ReusedHeap", True)):
-            peak_rss_reset()
-            r0 = resource.getrusage(resource.RUSAGE_SELF)
-            with ReusedHeap(enabled):
-                out = score_and_backward(policy, batch, temperature)
-            r1 = resource.getrusage(resource.RUSAGE_SELF)
-            print(f"{rep} {name:17s} forward {out['forward_s']:6.1f} s  backward {out['backward_s']:6.1f} s  "
-                  f"sys {r1.ru_stime - r0.ru_stime:6.1f} s  user {r1.ru_utime - r0.ru_utime:6.1f} s  "
-                  f"minor faults {r1.ru_minflt - r0.ru_minflt:,}  peak RSS {format_bytes(peak_rss())}", flush=True)
+    gradient_ab({"glibc's defaults": lambda: ReusedHeap(False), "ReusedHeap": ReusedHeap}, repeats)
 
 
 def recipe_arm(reuse: bool, out_dir: str = "runs/bench_malloc_ab") -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 from pathlib import Path
 
@@ -311,6 +312,38 @@ def measure(model_name: str, quick: bool, micro_batch_tokens: int | None = None)
             "prefill_share": median(prefill_s) / rollout_s,
             "episodes": len(trajs), "length": median([len(t.token_ids) for t in trajs]),
             "micro_batch_tokens": micro_batch_tokens}
+
+
+def gradient_ab(arms: dict, repeats: int = 2, model_name: str = "smollm2", quick: bool = False) -> list[dict]:
+    """Phases 3 and 4 A/B in one process: one epoch of gradient passes (`score_and_backward`, each minibatch in
+    one pass) on the profile's batch, inside each arm's context (``arms``: name -> a function returning a
+    context manager), the arms interleaved so that a change in the machine's state falls on all of them.
+    Prints and returns a row per arm and repeat: forward and backward seconds, the process's kernel and user
+    CPU time, minor page faults and peak resident memory (`bench.entropy_ab`, `bench.malloc_ab`)."""
+    from agentlab.memory import format_bytes, peak_rss, peak_rss_reset
+
+    shape = batch_shape(model_name, quick)
+    policy = load(model_name, shape)
+    trajs = sample(policy, shape)["trajs"]
+    batch = update_batch(policy, trajs, shape["group"])
+    width = max(map(len, arms))
+    rows = []
+    for rep in range(repeats):
+        for name, context in arms.items():
+            peak_rss_reset()
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
+            with context():
+                out = score_and_backward(policy, batch, trajs[0].temperature)
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            row = {"arm": name, "repeat": rep, "forward_s": out["forward_s"], "backward_s": out["backward_s"],
+                   "sys_s": r1.ru_stime - r0.ru_stime, "user_s": r1.ru_utime - r0.ru_utime,
+                   "minor_faults": r1.ru_minflt - r0.ru_minflt, "peak_rss": peak_rss()}
+            print(f"{rep} {name:{width}s}  forward {row['forward_s']:6.1f} s  backward {row['backward_s']:6.1f} s  "
+                  f"sys {row['sys_s']:6.1f} s  user {row['user_s']:6.1f} s  minor faults {row['minor_faults']:,}  "
+                  f"peak RSS {format_bytes(row['peak_rss'])}", flush=True)
+            rows.append(row)
+    return rows
+
 
 
 # ---------------------------------------------------------------------------- report

@@ -140,3 +140,26 @@ def test_phases_bench_runs_on_the_tiny_policy(tmp_path):
     parts = [json.loads(line) for line in split.read_text().splitlines()]
     assert "micro-batches of at most 200 tokens" in text and all(p["micro_batch_tokens"] == 200 for p in parts)
     assert [p["work"] for p in parts[2:]] == [r["work"] for r in rows[2:]]  # phases 2-4: tokens, scored, FLOP
+
+
+def test_gradient_ab_runs_each_arm_inside_its_context_interleaved():
+    """`bench.phases.gradient_ab` (behind bench.entropy_ab and bench.malloc_ab) on the tiny policy: each repeat
+    runs every arm once, in order, inside that arm's context, and reports what the pass cost."""
+    import contextlib
+
+    from bench.phases import gradient_ab
+
+    entered = []
+
+    def arm(name):
+        @contextlib.contextmanager
+        def context():
+            entered.append(name)
+            yield
+        return context
+
+    rows = gradient_ab({"A": arm("A"), "B": arm("B")}, repeats=2, model_name="tiny", quick=True)
+    assert entered == ["A", "B", "A", "B"] and [(r["arm"], r["repeat"]) for r in rows] == [
+        ("A", 0), ("B", 0), ("A", 1), ("B", 1)]
+    for r in rows:
+        assert r["forward_s"] > 0 and r["backward_s"] > 0 and r["user_s"] > 0 and r["peak_rss"] > 0
