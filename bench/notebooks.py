@@ -10,7 +10,8 @@ The whole course on another profile, one row per notebook as it finishes (``make
     python -m bench.notebooks --profile real-cpu --resume     # runs/course-real-cpu.jsonl and .md
 
 ``--resume`` keeps the notebooks already in the JSON-lines file, so a run of hours that was stopped
-goes on where it stopped. Each notebook run in full also leaves its executed copy in build/executed/
+goes on where it stopped; ``--retry-failed`` with it runs again the notebooks whose last row failed or timed
+out (the file keeps every row; the table shows each notebook's last). Each notebook run in full also leaves its executed copy in build/executed/
 (notebooks/conftest.py), from which ``make book PROFILE=...`` renders that profile's edition.
 """
 
@@ -59,15 +60,17 @@ def run_notebook(path: Path, timeout_s: float = TIMEOUT_S, profile: str = "ci") 
 
 
 def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: str | None = None,
-        resume: bool = False, timeout_s: float = TIMEOUT_S) -> str:
+        resume: bool = False, timeout_s: float = TIMEOUT_S, retry_failed: bool = False) -> str:
     """Time every notebook on ``profile`` and return the RESULTS.md section (``quick`` changes nothing here).
     ``out``: a JSON-lines file that gets each notebook's row as it finishes; ``resume`` keeps its rows and
-    runs only the notebooks it lacks."""
+    runs only the notebooks it lacks, and those whose last row failed too if ``retry_failed``."""
     notebooks = find_notebooks(pattern)
     if not notebooks:
         return f"No notebook matches `{pattern}`."
     path_out, done = jsonl_rows(out, resume) if out else (None, [])
-    finished = {r["notebook"]: r for r in done if r.get("profile", profile) == profile}
+    finished = {r["notebook"]: r for r in done if r.get("profile", profile) == profile}  # a notebook's last row
+    if retry_failed:
+        finished = {name: r for name, r in finished.items() if r["passed"]}
     results = []
     for path in progress(notebooks, f"notebooks on {profile}"):
         r = finished.get(path.name)
@@ -104,11 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="JSON-lines rows (default runs/course-<profile>.jsonl); "
                                                     "the table goes beside it as .md")
     parser.add_argument("--resume", action="store_true", help="keep the notebooks already in --out, run the rest")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="with --resume: run again the notebooks whose last row failed or timed out")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per notebook (default %(default)s)")
     args = parser.parse_args(argv)
     out = Path(args.out or ROOT / "runs" / f"course-{args.profile}.jsonl")
     section = run(pattern=args.notebooks, profile=args.profile, out=str(out), resume=args.resume,
-                  timeout_s=args.timeout)
+                  timeout_s=args.timeout, retry_failed=args.retry_failed)
     out.with_suffix(".md").write_text(section + "\n")
     print(section)
     print(f"\nrows: {out}; table: {out.with_suffix('.md')}")

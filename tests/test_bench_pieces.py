@@ -51,7 +51,7 @@ def test_humaneval_single_turn_counts_only_a_first_answer_that_passes():
 
 def test_the_course_on_a_profile_writes_a_row_per_notebook_and_resumes(tmp_path, monkeypatch):
     """`make course PROFILE=...`: each notebook's row is written as it finishes, on the profile asked for,
-    and a resumed run skips the notebooks the file already holds."""
+    and a resumed run skips the notebooks the file already holds (and runs a failed one again when asked)."""
     import json
 
     import bench.notebooks as course
@@ -76,8 +76,10 @@ def test_the_course_on_a_profile_writes_a_row_per_notebook_and_resumes(tmp_path,
     assert [r["notebook"] for r in rows] == ran and {r["profile"] for r in rows} == {"cpu"}
     assert all(len(r["output"]) <= 3000 for r in rows)
     assert "AGENTLAB_PROFILE=cpu" in text and "2/3 passed" in text and "**FAIL**" in text
+    course.run(profile="cpu", out=str(out), resume=True, retry_failed=True)  # only the failed one again
+    assert ran[3:] == ["01_b.ipynb"] and len(out.read_text().splitlines()) == 4
     course.run(profile="cpu", out=str(out))  # without resume the file starts over
-    assert len(out.read_text().splitlines()) == 3 and len(ran) == 6
+    assert len(out.read_text().splitlines()) == 3 and len(ran) == 7
 
 
 def test_phase_limits_match_hand_arithmetic():
