@@ -78,6 +78,17 @@ def warm_up_plan(env_id: str, model: str = TINY) -> WarmUp:
     return WARM_UPS.get(full_id(env_id), WarmUp())
 
 
+def fit_plan(plan: WarmUp, model: str = TINY) -> WarmUp:
+    """An experiment's own plan (`agentlab.phenomena`) as ``model`` runs it: as written for the tiny policy,
+    whose sizes it was set on; for a pretrained model cut to `PRETRAINED_WARM_UP`'s demonstrations and steps,
+    keeping what makes the experiment (levels, biased share, env settings, batch). The tiny policy's hundreds of
+    steps would take hours on a real model, which has only the action grammar and the habits to pick up."""
+    if model == TINY:
+        return plan
+    return dataclasses.replace(plan, episodes=min(plan.episodes, PRETRAINED_WARM_UP.episodes),
+                               steps=min(plan.steps, PRETRAINED_WARM_UP.steps))
+
+
 def _recipe(plan: WarmUp) -> dict:
     """A plan as it enters the cache key; ``env_kwargs`` and ``batch`` only when set, so older plans keep their key."""
     d = dataclasses.asdict(plan)
@@ -114,7 +125,7 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings the
     demonstrations and SFT steps of its plan, so a policy warmed on several envs trains for the
     sum of their steps. ``plan``, if given, replaces every env's plan (a warm-up made for one
-    experiment, e.g. `agentlab.phenomena`); ``imperfect_share``, if given, every env's biased share. Cached
+    experiment, e.g. `agentlab.phenomena`, cut to a pretrained model's size by `fit_plan`); ``imperfect_share``, if given, every env's biased share. Cached
     under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
     plans (with the share given here) and the profile's SFT settings, so changing any of them
     warms a new one; a cached one that its manifest shows is not whole is warmed again. Build times
@@ -126,6 +137,7 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     base = build_tiny(prof, verbose=progress) if prof.model == TINY else Path(model_source(prof.model))
     if imperfect_share is not None and not 0.0 <= imperfect_share <= 1.0:
         raise ValueError(f"imperfect_share is the share of biased demonstrations, between 0 and 1; got {imperfect_share}")
+    plan = plan and fit_plan(plan, prof.model)
     plans = {e: plan or warm_up_plan(e, prof.model) for e in env_ids}
     if imperfect_share is not None:
         plans = {e: dataclasses.replace(plan, imperfect_share=float(imperfect_share)) for e, plan in plans.items()}

@@ -154,3 +154,26 @@ def test_every_expert_action_fits_the_turn_budget(policy, env_id):
                 break
     env.close()
     assert longest <= budget, f"{env_id}: the expert needs {longest} tokens per turn, the budget is {budget}"
+
+
+def test_an_experiments_plan_is_cut_to_a_pretrained_models_size(tmp_path, monkeypatch, tiny_path):
+    """A phenomenon's warm-up (hundreds of SFT steps, set on the tiny policy) runs as written on ``ci`` and
+    at `PRETRAINED_WARM_UP`'s size on ``real-cpu``, keeping its levels and biased share."""
+    from agentlab.phenomena import SHORTCUT_WARM_UP
+
+    monkeypatch.setenv("AGENTLAB_CACHE", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(warmup, "model_source", lambda name: str(tiny_path))  # no real model needed to check the plan
+    monkeypatch.setattr(warmup, "demonstrations", lambda *args, plan=None, **kwargs: asked.append(plan) or [])
+    monkeypatch.setattr(warmup, "sft", lambda policy, demos, steps, *args, **kwargs: asked.append(steps) or [2.0, 1.0])
+    small = warmup.PRETRAINED_WARM_UP
+    assert SHORTCUT_WARM_UP.steps > small.steps and SHORTCUT_WARM_UP.episodes > small.episodes
+    for name, steps, episodes in (("ci", SHORTCUT_WARM_UP.steps, SHORTCUT_WARM_UP.episodes),
+                                  ("real-cpu", small.steps, small.episodes)):
+        asked.clear()
+        path = warmup.warm_policy_path(profile(name), envs=["agentlab/WebSearch-v0"], progress=False,
+                                       plan=SHORTCUT_WARM_UP)
+        plan, sft_steps = asked
+        assert (plan.steps, plan.episodes, sft_steps) == (steps, episodes, steps), name
+        assert (plan.levels, plan.imperfect_share) == (SHORTCUT_WARM_UP.levels, SHORTCUT_WARM_UP.imperfect_share)
+        assert json.loads((path / "sft.json").read_text())["steps"] == steps
