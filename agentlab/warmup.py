@@ -125,7 +125,8 @@ def warm_policy_path(prof: Profile | None = None, envs: list[str] | str | None =
     ``envs``: the env ids demonstrated (one id or a list); None = every env. Each env brings the
     demonstrations and SFT steps of its plan, so a policy warmed on several envs trains for the
     sum of their steps. ``plan``, if given, replaces every env's plan (a warm-up made for one
-    experiment, e.g. `agentlab.phenomena`, cut to a pretrained model's size by `fit_plan`); ``imperfect_share``, if given, every env's biased share. Cached
+    experiment, e.g. `agentlab.phenomena`, cut to a pretrained model's size by `fit_plan`);
+    ``imperfect_share``, if given, every env's biased share. Cached
     under ``cache_dir()/warm-<hash>``; the hash covers the tiny model's recipe, the envs and their
     plans (with the share given here) and the profile's SFT settings, so changing any of them
     warms a new one; a cached one that its manifest shows is not whole is warmed again. Build times

@@ -11,8 +11,9 @@ The whole course on another profile, one row per notebook as it finishes (``make
 
 ``--resume`` keeps the notebooks already in the JSON-lines file, so a run of hours that was stopped
 goes on where it stopped; ``--retry-failed`` with it runs again the notebooks whose last row failed or timed
-out (the file keeps every row; the table shows each notebook's last). Each notebook run in full also leaves its executed copy in build/executed/
-(notebooks/conftest.py), from which ``make book PROFILE=...`` renders that profile's edition.
+out (the file keeps every row; the table shows each notebook's last). Each notebook run in full also leaves
+its executed copy in build/executed/ (notebooks/conftest.py), from which ``make book PROFILE=...`` renders
+that profile's edition.
 """
 
 from __future__ import annotations

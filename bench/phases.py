@@ -345,7 +345,6 @@ def gradient_ab(arms: dict, repeats: int = 2, model_name: str = "smollm2", quick
     return rows
 
 
-
 # ---------------------------------------------------------------------------- report
 
 def report(r: dict, n_repeats: int) -> str:
