@@ -20,6 +20,7 @@ import math
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 # Importing peft imports bitsandbytes, which on CPUs with AVX512-BF16 tries to fetch an optional
 # 4-bit kernel from the model hub and logs "Failed to load CPU gemm_4bit_forward from
@@ -51,11 +52,16 @@ def fix_bitsandbytes_cpu() -> bool:
 
     def dequantize_4bit(A, absmax, blocksize, quant_type, shape, dtype):
         n = math.prod(shape)
-        packed = A.view(torch.uint8).reshape(-1)  # two 4-bit codes per byte, the first in the high half
-        codes = torch.stack([packed >> 4, packed & 15], dim=1).reshape(-1)[:n].long()  # (n,)
         levels = bnbf.get_4bit_type(quant_type, device=A.device)  # (16,) the NF4 or FP4 values
-        scales = absmax.float().repeat_interleave(blocksize)[:n]  # (n,) each weight's block absmax
-        return (levels[codes] * scales).reshape(shape).to(dtype)
+        byte = torch.arange(256, device=A.device)
+        # two 4-bit codes per byte, the first in the high half: one lookup per byte gives both weights, which
+        # halves the time of reading the codes one by one, with the same products (bench/NOTES.md)
+        pairs = torch.stack([levels[byte >> 4], levels[byte & 15]], dim=1)  # (256, 2)
+        weights = pairs.index_select(0, A.view(torch.uint8).reshape(-1).int()).reshape(-1)  # (2 x bytes,)
+        scales = absmax.float()  # (blocks,) each block's absmax
+        size = scales.numel() * blocksize
+        weights = F.pad(weights, (0, size - weights.numel())) if weights.numel() < size else weights[:size]
+        return (weights.view(-1, blocksize) * scales[:, None]).reshape(-1)[:n].reshape(shape).to(dtype)
 
     with warnings.catch_warnings():  # torch warns that a kernel is overridden: that is the point
         warnings.simplefilter("ignore", UserWarning)

@@ -16,8 +16,8 @@ from nbval.plugin import IPyNbCell
 
 # the slowest notebooks on the ci profile from a clean clone, slowest first; the rest follow in file order.
 # 08 and 14 build their own warm-ups first (08's analysis warm-up takes eight minutes on one
-# thread): started last, such a build kept one worker busy while the other waited. 10 trains six
-# GuessNumber runs and builds a warm-up of its own since its §2 trained the collapse (11 minutes alone on one thread).
+# thread): started last, such a build kept one worker busy while the other waited. 10 trains seven
+# GuessNumber runs and builds a warm-up of its own for its §2, the collapse (about 9 minutes alone on one thread).
 # 07b builds SmolLM2's SQL warm-up and trains it: 396 s and 192 s under make test from a clean clone, and §8's
 # one-update collapse run about 200 s more.
 LONGEST_FIRST = ["04_returns_and_gae", "07b_a_real_model_on_your_laptop", "10_failure_modes_lab", "03_rewards",

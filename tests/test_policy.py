@@ -232,20 +232,23 @@ def test_error_unknown_quantization(tiny_path):
         load_policy(str(tiny_path), quantization="3bit")
 
 
-def test_4bit_weights_read_back_exactly_in_rows_that_are_not_whole_blocks(tiny_path):
+@pytest.mark.parametrize("shape", [(256, 96), (5, 27)])
+def test_4bit_weights_read_back_exactly_in_rows_that_are_not_whole_blocks(tiny_path, shape):
     """The tiny model's rows of 96 inputs are 1.5 blocks of 64: bitsandbytes' AVX512 CPU kernel
-    read such rows back wrongly (`fix_bitsandbytes_cpu`); every CPU must give the NF4 values."""
+    read such rows back wrongly (`fix_bitsandbytes_cpu`); every CPU must give the NF4 values, also
+    for a matrix whose weights fill neither a whole last block nor a whole last byte (5 x 27)."""
     import bitsandbytes.functional as bnbf
 
     load_policy(str(tiny_path), quantization="4bit")  # loading in 4-bit applies the fix where needed
     torch.manual_seed(0)
-    W = torch.randn(256, 96) * 0.05  # (d_out, d_in), d_in not a multiple of 64
+    W = torch.randn(*shape) * 0.05  # (d_out, d_in), d_in not a multiple of 64
     packed, state = bnbf.quantize_4bit(W, blocksize=64, quant_type="nf4")
     levels = bnbf.get_4bit_type("nf4", device="cpu")
-    blocks = W.reshape(-1, 64)
+    n = W.numel()
+    blocks = torch.nn.functional.pad(W.reshape(-1), (0, -n % 64)).reshape(-1, 64)  # zeros leave each absmax as it is
     absmax = blocks.abs().amax(dim=1, keepdim=True)
     codes = torch.bucketize(blocks / absmax, (levels[1:] + levels[:-1]) / 2)
-    expected = (levels[codes] * absmax).reshape(W.shape)
+    expected = (levels[codes] * absmax).reshape(-1)[:n].reshape(W.shape)
     assert torch.equal(bnbf.dequantize_4bit(packed, state), expected)
 
 

@@ -121,9 +121,10 @@ def test_grpo_training_raises_held_out_greedy_success(tmp_path, warm_path):
 
 def test_ppo_training_raises_held_out_greedy_success(tmp_path, warm_path):
     """PPO with its default settings (the articles': 4 epochs, clip 0.2, γ 0.99, λ 0.95) on the
-    same setting as the GRPO test: greedy held-out success must rise by at least 25 points."""
+    same setting as the GRPO test, four updates (four epochs each cost twice GRPO's two): greedy
+    held-out success must rise by at least 25 points."""
     cfg = TrainConfig(env_id="agentlab/GuessNumber-v0", algo="ppo", profile="ci", name="ppo", out_dir=str(tmp_path / "ppo"),
-                      policy=str(warm_path), updates=6, eval_every=6, reward_mode="outcome")
+                      policy=str(warm_path), updates=4, eval_every=4, reward_mode="outcome")
     result = fit(cfg, progress=False)
     before, after = result.evals[0], result.evals[-1]
     assert before["distinct_tasks"] == after["distinct_tasks"] >= 8
