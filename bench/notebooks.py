@@ -69,6 +69,15 @@ def run_notebook(path: Path, timeout_s: float | None = None, profile: str = "ci"
             "summary": summary, "output": output}
 
 
+def commit() -> str | None:
+    """The checkout the course runs from, as `git describe --always --dirty` writes it; None outside git."""
+    try:
+        proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return None
+    return proc.stdout.strip() or None
+
+
 def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: str | None = None,
         resume: bool = False, timeout_s: float | None = None, retry_failed: bool = False) -> str:
     """Time every notebook on ``profile`` and return the RESULTS.md section (``quick`` changes nothing here).
@@ -88,7 +97,8 @@ def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: s
             r = run_notebook(path, timeout_s, profile)
             if path_out is not None:
                 with path_out.open("a") as f:
-                    f.write(json.dumps({**r, "output": r["output"][-3000:]}) + "\n")
+                    # the commit: a course run over several sessions may span changes to the notebooks
+                    f.write(json.dumps({**r, "commit": commit(), "output": r["output"][-3000:]}) + "\n")
         print(f"  {r['notebook']}: {r['seconds']:.0f} s, {'passed' if r['passed'] else 'FAILED'}", flush=True)
         results.append(r)
     return report(results, pattern, profile)
