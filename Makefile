@@ -111,9 +111,10 @@ lab: install
 	AGENTLAB_PROFILE=$${AGENTLAB_PROFILE:-ci} $(BIN)/jupyter lab notebooks
 
 # The whole course on one profile, a notebook at a time, with a table of pass/fail and minutes in
-# runs/course-$(PROFILE).md (bench/notebooks.py); hours on cpu and real-cpu. Stopped, it resumes.
+# runs/course-$(PROFILE).md (bench/notebooks.py); hours on cpu and real-cpu. Stopped, it resumes; with RETRY=1 it
+# also runs again the notebooks whose last run failed (after a fix).
 course: install
-	$(BIN)/python -m bench.notebooks --profile $(PROFILE) --resume
+	$(BIN)/python -m bench.notebooks --profile $(PROFILE) --resume $(if $(RETRY),--retry-failed)
 
 # The notebooks a class is handed: no reference solutions (notebooks/solutions/), no cells tagged
 # `instructor`, nbgrader's BEGIN/END SOLUTION blocks stubbed out, no outputs (agentlab/course.py).
