@@ -10,13 +10,16 @@ os.environ.setdefault("AGENTLAB_PROFILE", "ci")
 # ahead of the rest (the Makefile's --dist worksteal then lets an idle worker take what is left on the
 # busy one), no long test starts last and keeps one worker busy while the other waits.
 SLOWEST_FIRST = ["test_in_4bit_only_the_adapter_moves", "test_ppo_training_raises_held_out_greedy_success",
-                 "test_rollout_memory_stays_flat_when_sampled_in_chunks", "test_batched_greedy_equals_one_env_at_a_time",
+                 "test_rollout_memory_stays_flat_when_sampled_in_chunks",
+                 "test_batched_greedy_equals_one_env_at_a_time",
                  "test_notebook_06_training_cell_run_twice_repeats_its_run",
-                 "test_update_memory_stays_flat_as_the_batch_grows", "test_grpo_training_raises_held_out_greedy_success",
+                 "test_update_memory_stays_flat_as_the_batch_grows",
+                 "test_grpo_training_raises_held_out_greedy_success",
                  "test_notebook_13_run_twice_in_one_kernel_repeats_its_runs_and_stops_its_server",
-                 "test_ppo_critic_learns_a_return_its_state_shows", "test_processes_started_together_build_the_tiny_policy_once",
-                 "test_demo_writes_the_contract",
-                 "test_killed_run_resumes_as_if_never_stopped", "test_trl_train_runs_two_data_parallel_processes_on_the_cpu",
+                 "test_ppo_critic_learns_a_return_its_state_shows",
+                 "test_processes_started_together_build_the_tiny_policy_once", "test_demo_writes_the_contract",
+                 "test_killed_run_resumes_as_if_never_stopped",
+                 "test_trl_train_runs_two_data_parallel_processes_on_the_cpu",
                  "test_ctrl_c_in_the_gradient_steps_resumes_from_the_checkpoint",
                  "test_ctrl_c_in_the_rollout_checkpoints_the_last_whole_update",
                  "test_ctrl_c_while_a_checkpoint_is_written_waits_for_it"]
