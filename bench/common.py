@@ -13,6 +13,7 @@ import json
 import os
 import pstats
 import statistics
+import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -29,6 +30,15 @@ def go_offline() -> None:
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def git_revision() -> str:
+    """This checkout as `git describe --always --dirty` writes it, "unknown" outside git."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def repeats(quick: bool) -> int:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import jsonl_rows, progress, table
+from bench.common import git_revision, jsonl_rows, progress, table
 
 ROOT = Path(__file__).resolve().parent.parent
 PATTERN = "notebooks/*.ipynb"
@@ -69,15 +69,6 @@ def run_notebook(path: Path, timeout_s: float | None = None, profile: str = "ci"
             "summary": summary, "output": output}
 
 
-def commit() -> str | None:
-    """The checkout the course runs from, as `git describe --always --dirty` writes it; None outside git."""
-    try:
-        proc = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
-    except OSError:  # no git on this machine
-        return None
-    return proc.stdout.strip() or None
-
-
 def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: str | None = None,
         resume: bool = False, timeout_s: float | None = None, retry_failed: bool = False) -> str:
     """Time every notebook on ``profile`` and return the RESULTS.md section (``quick`` changes nothing here).
@@ -98,7 +89,7 @@ def run(quick: bool = False, pattern: str = PATTERN, profile: str = "ci", out: s
             if path_out is not None:
                 with path_out.open("a") as f:
                     # the commit: a course run over several sessions may span changes to the notebooks
-                    f.write(json.dumps({**r, "commit": commit(), "output": r["output"][-3000:]}) + "\n")
+                    f.write(json.dumps({**r, "commit": git_revision(), "output": r["output"][-3000:]}) + "\n")
         print(f"  {r['notebook']}: {r['seconds']:.0f} s, {'passed' if r['passed'] else 'FAILED'}", flush=True)
         results.append(r)
     return report(results, pattern, profile)

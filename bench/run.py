@@ -19,7 +19,6 @@ import importlib
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 import traceback
@@ -28,7 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py` as well as `python -m bench.run`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import go_offline  # noqa: E402
+from bench.common import git_revision, go_offline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "RESULTS.md"
@@ -86,14 +85,6 @@ def versions() -> str:
         except PackageNotFoundError:
             out.append(f"{pkg} (not installed)")
     return ", ".join(out)
-
-
-def git_revision() -> str:
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def header(args, load: tuple[float, float, float]) -> str:

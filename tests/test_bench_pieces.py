@@ -75,7 +75,7 @@ def test_the_course_on_a_profile_writes_a_row_per_notebook_and_resumes(tmp_path,
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["notebook"] for r in rows] == ran and {r["profile"] for r in rows} == {"cpu"}
     assert all(len(r["output"]) <= 3000 for r in rows)
-    assert {r["commit"] for r in rows} == {course.commit()}  # this checkout's (None outside git), in every row
+    assert {r["commit"] for r in rows} == {course.git_revision()}  # this checkout's, in every row
     assert "AGENTLAB_PROFILE=cpu" in text and "2/3 passed" in text and "**FAIL**" in text
     course.run(profile="cpu", out=str(out), resume=True, retry_failed=True)  # only the failed one again
     assert ran[3:] == ["01_b.ipynb"] and len(out.read_text().splitlines()) == 4
