@@ -30,6 +30,7 @@ phases do not overlap.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from dataclasses import dataclass
@@ -220,8 +221,12 @@ def largest_budget(shape: ModelShape, trainable: int, available: float, **sizes)
 
 def available_bytes(device: str | torch.device = "cpu") -> float | None:
     """Memory a run can still take: free CUDA memory, else MemAvailable (capped by a cgroup limit), and
-    at most ``AGENTLAB_MEMORY_GB`` when that is set; None if unknown."""
-    free = _free_bytes(torch.device(device))
+    at most ``AGENTLAB_MEMORY_GB`` when that is set; None if unknown. On the CPU it first hands back
+    what the process freed but its allocator kept (`release_freed_heap`), so that counts as free."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        release_freed_heap()
+    free = _free_bytes(device)
     cap = os.environ.get("AGENTLAB_MEMORY_GB")
     if not cap:
         return free
@@ -233,6 +238,21 @@ def available_bytes(device: str | torch.device = "cpu") -> float | None:
         raise ValueError(f"AGENTLAB_MEMORY_GB must be above 0, got {cap!r}")
     # runs that share one machine each size their micro-batches from its whole free memory otherwise
     return cap_bytes if free is None else min(free, cap_bytes)
+
+
+def release_freed_heap() -> bool:
+    """Return to the system the pages of freed memory that glibc's heap still holds (``malloc_trim``);
+    False where the C library has no such call (macOS, musl, Windows).
+
+    glibc keeps blocks under its mmap threshold (up to 32 MB) in heaps that a free does not shrink, so a
+    phase that allocated many such tensors, a warm-up's SFT of a real model, leaves gigabytes mapped
+    after it ends; MemAvailable counts them as used, and a run planned right after would be sized, or
+    refused, as if they were."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):
+        return False
+    return bool(trim(0))
 
 
 def _free_bytes(device: torch.device) -> float | None:
