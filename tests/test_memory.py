@@ -279,13 +279,11 @@ def test_agentlab_memory_gb_caps_what_a_run_may_take(monkeypatch):
 
 
 FREED_IN_THE_HEAP = """
-import re
-from pathlib import Path
 import torch
 from agentlab import memory
 
 def rss_mb():
-    return int(re.search(r"VmRSS:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+    return memory.rss() / 2**20
 
 big = torch.ones(30 * 2**18)  # 30 MB, mapped on its own; freeing it raises glibc's mmap threshold above 1 MB
 del big
